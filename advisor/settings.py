@@ -1,0 +1,29 @@
+"""Settings from the environment (prefix ADVISOR_) with sensible defaults."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from platformdirs import user_data_dir
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ADVISOR_", env_file=None, extra="ignore")
+
+    window: str = Field(default="60s", description="default probe window")
+    timeout: float = Field(default=10.0, description="seconds before a data source counts as unreachable")
+    data_dir: Path = Field(default_factory=lambda: Path(user_data_dir("llm-advisor")))
+    db_url: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite in data_dir")
+    log_level: str = "WARNING"
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{self.data_dir / 'advisor.db'}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,116 @@
+"""The engine probes: an engine's own /metrics sampled over a window (no Prometheus needed),
+and what the engine says about itself (/version, /v1/models, config info metrics)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import httpx
+
+from probes import _delta
+from probes.catalog import Dialect, dialects, detect_engines
+from probes.errors import BadExposition, NotAnEngine, ProbeError, TargetUnreachable
+from probes.exposition import Scrape, parse
+from probes.snapshot import EngineInfo, Snapshot
+
+log = logging.getLogger(__name__)
+
+_CONFIG_DROP = {"engine", "model_name", "instance", "job", "pod"}
+
+
+def _get(client: httpx.Client, url: str, path: str) -> httpx.Response:
+    try:
+        return client.get(url + path)
+    except httpx.ConnectError as e:
+        raise TargetUnreachable(f"engine at {url} is unreachable: connection refused or no route") from e
+    except httpx.TimeoutException as e:
+        raise TargetUnreachable(f"engine at {url} did not answer {path} within {client.timeout.read}s") from e
+    except httpx.HTTPError as e:
+        raise TargetUnreachable(f"engine at {url}: {type(e).__name__} on {path}") from e
+
+
+def scrape(client: httpx.Client, url: str) -> Scrape:
+    t = time.monotonic()
+    r = _get(client, url, "/metrics")
+    if r.status_code == 404:
+        raise ProbeError(f"{url}/metrics returned 404: no metrics endpoint (not an engine, or metrics disabled)")
+    if r.status_code >= 400:
+        raise ProbeError(f"{url}/metrics returned HTTP {r.status_code}: engine unhealthy")
+    return parse(r.text, t)
+
+
+def detect(s: Scrape, engine: str | None, url: str) -> Dialect:
+    if engine:
+        if engine not in dialects():
+            raise ProbeError(f"unknown engine {engine!r}; known: {', '.join(sorted(dialects()))}")
+        return dialects()[engine]
+    found = detect_engines(s.names)
+    if not found:
+        raise NotAnEngine(f"{url}/metrics holds no metrics of a known LLM engine")
+    return dialects()[found[0]]
+
+
+def engine_info(client: httpx.Client, url: str, dialect: Dialect, s: Scrape, model: str | None) -> EngineInfo:
+    """What the engine reveals. Optional endpoints that are missing are noted, never fatal."""
+    info = EngineInfo(kind=dialect.engine)
+    for path in ("/version", "/v1/models"):
+        try:
+            r = _get(client, url, path)
+            if r.status_code != 200:
+                info.problems.append(f"{path} returned HTTP {r.status_code}")
+                continue
+            body = r.json()
+        except (TargetUnreachable, ValueError) as e:
+            info.problems.append(f"{path}: {e}")
+            continue
+        if path == "/version" and isinstance(body, dict):
+            info.version = str(body.get("version")) if body.get("version") else None
+        elif path == "/v1/models" and isinstance(body, dict):
+            data = [m for m in body.get("data", []) if isinstance(m, dict)]
+            info.models = [str(m.get("id")) for m in data if m.get("id")]
+            lens = [m.get("max_model_len") for m in data if isinstance(m.get("max_model_len"), int)]
+            info.max_model_len = lens[0] if lens else None
+    for spec in dialect.info.values():
+        for name in spec.names:
+            for labels, _ in s.series(name).items():
+                lab = dict(labels)
+                if model and dialect.model_label and lab.get(dialect.model_label, model) != model:
+                    continue
+                info.config = {k: v for k, v in lab.items() if k not in _CONFIG_DROP}
+                info.config_source = f"{url}/metrics {name}"
+                break
+    return info
+
+
+def probe_engine(url: str, window_s: float = 60.0, model: str | None = None, engine: str | None = None,
+                 timeout: float = 10.0, per_replica: bool = True,
+                 progress: Callable[[float, float], None] | None = None,
+                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep) -> Snapshot:
+    """Sample url/metrics over window_s: counters and histograms from the first and last scrape,
+    gauges from every scrape in between."""
+    url = url.rstrip("/")
+    with httpx.Client(timeout=timeout, transport=transport) as client:
+        first = scrape(client, url)
+        dialect = detect(first, engine, url)
+        scrapes, problems = [first], []
+        steps = max(1, min(10, int(window_s)))
+        for i in range(steps):
+            if progress:
+                progress(i * window_s / steps, window_s)
+            sleep(window_s / steps)
+            try:
+                scrapes.append(scrape(client, url))
+            except (ProbeError, BadExposition) as e:
+                problems.append(f"scrape {i + 2} of {steps + 1} failed: {e}")
+                break
+        if len(scrapes) < 2:
+            raise TargetUnreachable(f"engine at {url} stopped answering before a second scrape: {problems[-1]}")
+        info = engine_info(client, url, dialect, scrapes[-1], model)
+        groups = _delta.compute(dialect, scrapes, model, per_replica=False)
+        snap = Snapshot(target=url, via="engine", window_s=scrapes[-1].t - first.t, model=model,
+                        engine=info, signals=groups.get((), {}), queries=len(scrapes) + 2, problems=problems)
+        if per_replica:
+            snap.replicas = _delta.to_replicas(_delta.compute(dialect, scrapes, model, per_replica=True))
+        return snap

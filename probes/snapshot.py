@@ -1,0 +1,89 @@
+"""The typed result of probing a deployment: every signal with its unit, window, source and,
+where it has no value, the reason why."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+
+class Signal(BaseModel):
+    name: str
+    value: float | None = None
+    unit: str
+    window_s: float | None = None
+    source: str = Field(description="the PromQL query, metric or API call that produced the value")
+    missing: str | None = Field(default=None, description="why there is no value, when there is none")
+    note: str | None = Field(default=None, description="caveats, e.g. interpolated from coarse buckets")
+
+    @field_validator("value")
+    @classmethod
+    def _finite_only(cls, v: float | None) -> float | None:
+        # NaN and Inf never travel as values: the producer turns them into a missing reason.
+        if v is not None and not math.isfinite(v):
+            raise ValueError("signal values must be finite; record a missing reason instead")
+        return v
+
+    @property
+    def present(self) -> bool:
+        return self.value is not None
+
+
+class Replica(BaseModel):
+    """One replica (pod / instance / engine rank) and its own signals."""
+
+    labels: dict[str, str]
+    signals: dict[str, Signal] = {}
+
+    @property
+    def key(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()) if v) or "default"
+
+
+class EngineInfo(BaseModel):
+    kind: str | None = None
+    version: str | None = None
+    models: list[str] = []
+    max_model_len: int | None = None
+    config: dict[str, Any] = Field(default_factory=dict, description="configuration the engine reveals")
+    config_source: str | None = None
+    problems: list[str] = []
+
+
+class GpuDevice(BaseModel):
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    labels: dict[str, str] = {}
+    signals: dict[str, Signal] = {}
+
+
+class GpuStatus(BaseModel):
+    available: bool
+    source: str
+    reason: str | None = None
+    devices: list[GpuDevice] = []
+
+
+class Snapshot(BaseModel):
+    target: str
+    via: Literal["prometheus", "engine"]
+    taken_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    window_s: float
+    model: str | None = None
+    engine: EngineInfo = Field(default_factory=EngineInfo)
+    signals: dict[str, Signal] = {}
+    replicas: list[Replica] = []
+    gpu: GpuStatus | None = None
+    queries: int = Field(default=0, description="requests made to the data source")
+    problems: list[str] = Field(default_factory=list, description="what went wrong while probing")
+
+    def value(self, name: str) -> float | None:
+        sig = self.signals.get(name)
+        return sig.value if sig else None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
