@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from probes.catalog import Dialect, SignalDef, signal_unit, signals_for
 from probes.exposition import Labels, Scrape, bucket_quantile
-from probes.snapshot import Replica, Signal
+from probes.snapshot import INTERPOLATED, Replica, Signal
 
 Group = tuple[tuple[str, str], ...]
 NO_TRAFFIC = "no traffic in the window"
@@ -149,7 +149,7 @@ def _evaluate(view, sdef: SignalDef, names, scrapes, first, last, window) -> dic
         out = {}
         for g, buckets in _hist_reset_aware(view, key, names[0], first, last).items():
             v, note = bucket_quantile(sdef.q, buckets)
-            out[g] = (v, None, note)
+            out[g] = (v, None, note or INTERPOLATED)
         return out
     if sdef.op in ("mean", "count_rate"):
         counts = _sum_over(view, key, names[0] + "_count", first, last)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import httpx
 
-from probes import _delta
+from probes import _delta, _missing
 from probes.catalog import Dialect, dialects, detect_engines
 from probes.errors import BadExposition, NotAnEngine, ProbeError, TargetUnreachable
 from probes.exposition import Scrape, parse
@@ -111,6 +111,7 @@ def probe_engine(url: str, window_s: float = 60.0, model: str | None = None, eng
         groups = _delta.compute(dialect, scrapes, model, per_replica=False)
         snap = Snapshot(target=url, via="engine", window_s=scrapes[-1].t - first.t, model=model,
                         engine=info, signals=groups.get((), {}), queries=len(scrapes) + 2, problems=problems)
+        _missing.fill(snap.signals, dialect.engine, "GPU not probed", snap.window_s)
         if per_replica:
             snap.replicas = _delta.to_replicas(_delta.compute(dialect, scrapes, model, per_replica=True))
         return snap

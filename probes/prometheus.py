@@ -15,7 +15,7 @@ from urllib3.util.retry import Retry
 from probes import _missing, _promql
 from probes.catalog import GPU_DIALECT, Dialect, dialects, detect_engines, signal_unit, signals_for
 from probes.errors import NotAnEngine, ProbeError, TargetUnreachable
-from probes.snapshot import EngineInfo, GpuDevice, GpuStatus, Replica, Signal, Snapshot
+from probes.snapshot import INTERPOLATED, EngineInfo, GpuDevice, GpuStatus, Replica, Signal, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def _signals_for_dialect(client: _Client, dialect: Dialect, available: set[str],
         rows = fut.result()
         gauge = sdef.op in ("avg", "max", "share")
         why_nan = "no samples in the window" if gauge else NO_TRAFFIC
-        note = "interpolated from histogram buckets" if sdef.op == "quantile" else None
+        note = INTERPOLATED if sdef.op == "quantile" else None
         if kind is None:
             if not rows:
                 why = "no series in the window" + (f" for model {model!r}" if model else "")

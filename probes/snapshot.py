@@ -10,6 +10,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 
+INTERPOLATED = "interpolated from histogram buckets"
+
+
 class Signal(BaseModel):
     name: str
     value: float | None = None

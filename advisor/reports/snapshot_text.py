@@ -7,6 +7,7 @@ from rich.table import Table
 
 from advisor.units import fmt
 from probes import Snapshot
+from probes.snapshot import INTERPOLATED
 
 # The signals a person reads first, in this order; the rest follow as the catalog lists them.
 GROUPS = [
@@ -45,7 +46,8 @@ def render(snap: Snapshot, console: Console, show_all: bool = False) -> None:
             s = snap.signals.get(n)
             if s is None or (not show_all and s.value is None and n.startswith("gpu_") and n != "gpu_util_avg"):
                 continue
-            table.add_row(f"  {n}", fmt(s.value, s.unit), f"[dim]{s.note or ''}[/]" if s.present else f"[yellow]{s.missing}[/]")
+            note = "" if s.note == INTERPOLATED else (s.note or "")
+            table.add_row(f"  {n}", fmt(s.value, s.unit), f"[dim]{note}[/]" if s.present else f"[yellow]{s.missing}[/]")
     console.print(table)
     if len(snap.replicas) > 1:
         rt = Table(title=f"{len(snap.replicas)} replicas", show_edge=False)
@@ -60,4 +62,6 @@ def render(snap: Snapshot, console: Console, show_all: bool = False) -> None:
         console.print(f"[dim]GPU: {snap.gpu.reason}[/]")
     for p in snap.problems + e.problems:
         console.print(f"[yellow]note:[/] {p}")
+    if any(s.note == INTERPOLATED for s in snap.signals.values()):
+        console.print("[dim]Quantiles are interpolated from the engine's histogram buckets.[/]")
     console.print(f"[dim]{snap.queries} queries to the data source[/]")

@@ -1,0 +1,175 @@
+"""Start and stop the real vLLM CPU engine serving the tiny model, for demos and tests."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import httpx
+
+from advisor.localstack import paths
+
+HOST = "127.0.0.1"
+
+# Engines still running when the interpreter exits (an uncaught error, Ctrl-C in a test run):
+# stopped at exit so that no orphan keeps 1 GiB of KV cache and a port.
+_live: set["LocalEngine"] = set()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for engine in list(_live):
+        engine.stop()
+
+
+class EngineError(RuntimeError):
+    """The engine could not be started, or died before it became healthy."""
+
+
+def _tail(path: Path, n: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(deque(f, maxlen=n)).rstrip()
+    except OSError:
+        return "(no log)"
+
+
+class LocalEngine:
+    """One `vllm.entrypoints.openai.api_server` process in its own process group.
+
+    vLLM forks an engine-core process; signalling the whole group stops both.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        max_num_seqs: int | None = None,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        log_dir: Path | str | None = None,
+    ) -> None:
+        self.port = port or paths.free_port()
+        self.max_num_seqs = max_num_seqs
+        self.extra_args = list(extra_args)
+        self.env = dict(env or {})
+        self.log_dir = Path(log_dir) if log_dir else paths.log_dir()
+        self.log_path: Path | None = None
+        self.proc: subprocess.Popen | None = None
+        self.started_at: float | None = None
+        self.healthy_after_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def target(self) -> str:
+        """host:port, as a Prometheus scrape target."""
+        return f"{HOST}:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [
+            str(paths.engine_python()), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(paths.tiny_model_dir()),
+            "--served-model-name", paths.SERVED_MODEL_NAME,
+            "--max-model-len", "2048",
+            "--enforce-eager",
+            "--dtype", "bfloat16",
+            "--host", HOST,
+            "--port", str(self.port),
+        ]
+        if self.max_num_seqs is not None:
+            cmd += ["--max-num-seqs", str(self.max_num_seqs)]
+        return cmd + self.extra_args
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # The advisor's own PYTHONPATH would shadow the engine venv's pinned packages.
+        env.pop("PYTHONPATH", None)
+        env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"})
+        env.update(self.env)
+        return env
+
+    def start(self) -> "LocalEngine":
+        if self.proc is not None:
+            raise EngineError("engine already started")
+        python, model = paths.engine_python(), paths.tiny_model_dir()
+        if not python.exists():
+            raise EngineError(f"engine venv not found at {python.parent.parent}: run scripts/setup.sh")
+        if not (model / "config.json").exists():
+            raise EngineError(f"tiny model not found at {model}: run scripts/setup.sh")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.log_dir / f"engine-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=self._environment(), start_new_session=True,
+            )
+        self.started_at = time.monotonic()
+        _live.add(self)
+        return self
+
+    def _failure(self, headline: str) -> EngineError:
+        return EngineError(f"{headline} (log: {self.log_path}); last 20 lines:\n{_tail(self.log_path)}")
+
+    def wait_healthy(self, timeout: float = 240) -> "LocalEngine":
+        if self.proc is None:
+            raise EngineError("engine not started: call start() first")
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                rc = self.proc.poll()
+                if rc is not None:
+                    _live.discard(self)
+                    raise self._failure(f"vLLM engine on port {self.port} exited with code {rc} before it became healthy")
+                try:
+                    if client.get(f"{self.url}/health").status_code == 200:
+                        self.healthy_after_s = time.monotonic() - self.started_at
+                        return self
+                except httpx.HTTPError:
+                    pass  # not listening yet
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise self._failure(f"vLLM engine on port {self.port} not healthy after {timeout:.0f} s; stopped it")
+                time.sleep(1.0)
+
+    def stop(self, grace: float = 20) -> None:
+        proc, self.proc = self.proc, None
+        _live.discard(self)
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(wait)
+                break
+            except ProcessLookupError:
+                return
+            except subprocess.TimeoutExpired:
+                continue
+        # The API server can exit before its engine-core child; leave no straggler in the group.
+        deadline = time.monotonic() + 5
+        try:
+            while time.monotonic() < deadline:
+                os.killpg(proc.pid, 0)
+                time.sleep(0.1)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> "LocalEngine":
+        self.start()
+        try:
+            return self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
