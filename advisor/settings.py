@@ -18,6 +18,8 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=lambda: Path(user_data_dir("llm-advisor")))
     db_url: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite in data_dir")
     log_level: str = "WARNING"
+    slo_file: Path | None = Field(default=None, description="SLO YAML used when --slo is not given")
+    rules_config: Path | None = Field(default=None, description="per-rule overrides YAML")
 
     @property
     def database_url(self) -> str:

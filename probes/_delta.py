@@ -12,6 +12,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable
 
+from probes import _replicas
 from probes.catalog import Dialect, SignalDef, signal_unit, signals_for
 from probes.exposition import Labels, Scrape, bucket_quantile
 from probes.snapshot import INTERPOLATED, Replica, Signal
@@ -179,4 +180,4 @@ def _evaluate(view, sdef: SignalDef, names, scrapes, first, last, window) -> dic
 
 
 def to_replicas(groups: dict[Group, dict[str, Signal]]) -> list[Replica]:
-    return [Replica(labels=dict(g), signals=s) for g, s in sorted(groups.items()) if g]
+    return _replicas.fold(groups)

@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import httpx
 
-from probes import _delta, _missing
+from probes import _delta, _missing, gpu
 from probes.catalog import Dialect, dialects, detect_engines
 from probes.errors import BadExposition, NotAnEngine, ProbeError, TargetUnreachable
 from probes.exposition import Scrape, parse
-from probes.snapshot import EngineInfo, Snapshot
+from probes.snapshot import EngineInfo, GpuStatus, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +84,18 @@ def engine_info(client: httpx.Client, url: str, dialect: Dialect, s: Scrape, mod
     return info
 
 
+def _gpu_status(url: str, local_gpu: bool | None) -> GpuStatus:
+    """NVML sees only this host's GPUs: read them when the engine is local (or when asked)."""
+    if local_gpu is None:
+        local_gpu = (httpx.URL(url).host or "") in ("127.0.0.1", "localhost", "::1")
+    if not local_gpu:
+        return GpuStatus(available=False, source="nvml",
+                         reason="engine is remote: NVML reads only this host's GPUs (use DCGM via Prometheus)")
+    return gpu.read_gpus()
+
+
 def probe_engine(url: str, window_s: float = 60.0, model: str | None = None, engine: str | None = None,
-                 timeout: float = 10.0, per_replica: bool = True,
+                 timeout: float = 10.0, per_replica: bool = True, local_gpu: bool | None = None,
                  progress: Callable[[float, float], None] | None = None,
                  transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep) -> Snapshot:
     """Sample url/metrics over window_s: counters and histograms from the first and last scrape,
@@ -111,7 +121,10 @@ def probe_engine(url: str, window_s: float = 60.0, model: str | None = None, eng
         groups = _delta.compute(dialect, scrapes, model, per_replica=False)
         snap = Snapshot(target=url, via="engine", window_s=scrapes[-1].t - first.t, model=model,
                         engine=info, signals=groups.get((), {}), queries=len(scrapes) + 2, problems=problems)
-        _missing.fill(snap.signals, dialect.engine, "GPU not probed", snap.window_s)
+        snap.gpu = _gpu_status(url, local_gpu)
+        if snap.gpu.available:
+            snap.signals.update(gpu.summarize(snap.gpu, snap.window_s))
+        _missing.fill(snap.signals, dialect.engine, snap.gpu.reason, snap.window_s)
         if per_replica:
             snap.replicas = _delta.to_replicas(_delta.compute(dialect, scrapes, model, per_replica=True))
         return snap

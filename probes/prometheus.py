@@ -12,10 +12,10 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from probes import _missing, _promql
+from probes import _missing, _promql, _replicas
 from probes.catalog import GPU_DIALECT, Dialect, dialects, detect_engines, signal_unit, signals_for
 from probes.errors import NotAnEngine, ProbeError, TargetUnreachable
-from probes.snapshot import INTERPOLATED, EngineInfo, GpuDevice, GpuStatus, Replica, Signal, Snapshot
+from probes.snapshot import INTERPOLATED, EngineInfo, GpuDevice, GpuStatus, Signal, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def probe_prometheus(url: str, window_s: float = 60.0, model: str | None = None,
     with ThreadPoolExecutor(max_workers=8) as pool:
         agg, reps = _signals_for_dialect(client, dialect, available, model, window_s, at, pool, per_replica)
         snap.signals.update(agg)
-        snap.replicas = [Replica(labels=dict(k), signals=v) for k, v in sorted(reps.items())]
+        snap.replicas = _replicas.fold(reps)
         gpu = dialects()[GPU_DIALECT]
         if gpu.detected_in(available):
             gagg, gdev = _signals_for_dialect(client, gpu, available, None, window_s, at, pool, per_replica)

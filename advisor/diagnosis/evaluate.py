@@ -1,0 +1,126 @@
+"""Rules evaluated against a snapshot and SLOs: findings with evidence, then checks ranked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.diagnosis.expr import Context, Expr, Value
+from advisor.diagnosis.model import Check, Diagnosis, Evidence, Finding, NotEvaluated
+from advisor.diagnosis.ranking import rank
+from advisor.diagnosis.rules import OPS, Cond, Rule
+from advisor.diagnosis.slo import SLO
+from advisor.units import fmt
+from probes import Snapshot
+
+
+@dataclass
+class Outcome:
+    holds: bool | None  # None: could not tell (a value was missing)
+    evidence: list[Evidence]
+    missing: list[str]
+
+
+def _show(v: Value) -> str:
+    if v.value is None:
+        return "missing"
+    if isinstance(v.value, str):
+        return v.value
+    return fmt(v.value, v.unit) if v.unit else f"{v.value:g}"
+
+
+def _evidence(left: Value, op: str | None, right: Value | None) -> Evidence:
+    threshold = None if right is None else right.value
+    text = f"{left.label} = {_show(left)}"
+    if op and right is not None:
+        # SLOs and parameters are written in the unit of the signal they are compared with.
+        if not right.unit and right.source in ("SLO", "rule parameter") and isinstance(right.value, float):
+            right = Value(right.value, unit=left.unit, label=right.label, source=right.source)
+        text += f" {op} {right.label} ({_show(right)})"
+    return Evidence(signal=left.label, value=left.value, unit=left.unit, op=op, threshold=threshold,
+                    threshold_from=None if right is None else right.label, source=left.source, text=text)
+
+
+def check_cond(cond: Cond, ctx: Context) -> Outcome:
+    if cond.kind == "cmp":
+        left = cond.left.evaluate(ctx)
+        right = Value(cond.right, label=repr(cond.right)) if isinstance(cond.right, str) else cond.right.evaluate(ctx)
+        missing = [f"{v.label}: {v.missing}" for v in (left, right) if v.value is None]
+        if missing:
+            return Outcome(None, [], missing)
+        if isinstance(left.value, str) != isinstance(right.value, str):
+            return Outcome(None, [], [f"{left.label}: cannot compare {left.value!r} with {right.value!r}"])
+        holds = OPS[cond.op](left.value, right.value)
+        return Outcome(holds, [_evidence(left, cond.op, right)], [])
+    parts = [check_cond(c, ctx) for c in cond.children]
+    # Under `any`, only the branches that held are evidence for the finding.
+    ev = [e for p in parts if cond.kind != "any" or p.holds for e in p.evidence]
+    miss = [m for p in parts for m in p.missing]
+    if cond.kind == "not":
+        h = parts[0].holds
+        return Outcome(None if h is None else not h, ev, miss)
+    states = [p.holds for p in parts]
+    if cond.kind == "all":
+        holds = False if False in states else (None if None in states else True)
+    else:
+        holds = True if True in states else (None if None in states else False)
+    return Outcome(holds, ev, miss)
+
+
+def severity(rule: Rule, ctx: Context) -> tuple[str, float | None]:
+    v = rule.severity_value.evaluate(ctx).value
+    if not isinstance(v, (int, float)):
+        return "low", None
+    levels = list(rule.thresholds.items())
+    ascending = levels[-1][1] >= levels[0][1]
+    level = "low"
+    for name, t in levels:
+        if (v >= t) if ascending else (v <= t):
+            level = name
+    return level, float(v)
+
+
+def _strength(expr: Expr, lo_hi: tuple[float, float], ctx: Context) -> tuple[float | None, Value]:
+    v = expr.evaluate(ctx)
+    if not isinstance(v.value, (int, float)):
+        return None, v
+    lo, hi = lo_hi
+    return max(0.0, min(1.0, (v.value - lo) / (hi - lo))), v
+
+
+def evaluate_rule(rule: Rule, ctx: Context) -> Finding | NotEvaluated | None:
+    out = check_cond(rule.when, ctx)
+    if out.holds is None:
+        return NotEvaluated(rule_id=rule.id, reason="; ".join(dict.fromkeys(out.missing)))
+    if not out.holds:
+        return None
+    level, sev_value = severity(rule, ctx)
+    checks = []
+    for spec in rule.checks:
+        strength, v = _strength(spec.evidence, spec.strength, ctx)
+        ev = [_evidence(v, None, None)] if v.value is not None else []
+        ev += [_evidence(p, None, None) for p in v.parts if p.value is not None and p.label != v.label]
+        checks.append(Check(
+            id=spec.id, rule_id=rule.id, title=spec.title, stage=spec.stage, mechanism=spec.mechanism,
+            readout=spec.readout, score=0.0, strength=strength,
+            reason="" if strength is not None else f"evidence missing ({v.missing})",
+            look_at=spec.look_at, directions=spec.directions, evidence=ev))
+    return Finding(rule_id=rule.id, name=rule.name, symptom=rule.symptom, layer=rule.layer,
+                   map_row=rule.map_row, severity=level, severity_value=sev_value,
+                   evidence=out.evidence, checks=checks)
+
+
+def diagnose(snapshot: Snapshot, rules: list[Rule], slo: SLO) -> Diagnosis:
+    slo_values = slo.model_dump()
+    findings, skipped = [], []
+    for rule in rules:
+        result = evaluate_rule(rule, Context(snapshot, slo_values, rule.params))
+        if isinstance(result, Finding):
+            findings.append(result)
+        elif isinstance(result, NotEvaluated):
+            skipped.append(result)
+    diag = Diagnosis(target=snapshot.target, via=snapshot.via, taken_at=snapshot.taken_at,
+                     window_s=snapshot.window_s, model=snapshot.model, engine=snapshot.engine,
+                     slo=slo_values, findings=findings, not_evaluated=skipped,
+                     problems=snapshot.problems, queries=snapshot.queries)
+    rank(diag, snapshot)
+    return diag

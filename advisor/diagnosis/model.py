@@ -1,0 +1,89 @@
+"""What a diagnosis says: findings (a recognised symptom) with evidence and ranked checks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from probes import EngineInfo
+
+Severity = Literal["none", "low", "moderate", "severe", "critical"]
+SEVERITY_ORDER: dict[str, int] = {"none": 0, "low": 1, "moderate": 2, "severe": 3, "critical": 4}
+Stage = Literal["supply_demand", "scheduling_memory", "compute_path"]
+
+
+class Evidence(BaseModel):
+    """One line of proof: a measured value against what it was compared with."""
+
+    signal: str
+    value: float | str | None
+    unit: str = ""
+    op: str | None = None
+    threshold: float | str | None = None
+    threshold_from: str | None = Field(default=None, description="slo:NAME, param:NAME or signal:NAME")
+    source: str = ""
+    text: str
+
+
+class Check(BaseModel):
+    rank: int = 0
+    id: str
+    rule_id: str
+    title: str
+    stage: Stage
+    mechanism: str
+    readout: str
+    score: float
+    strength: float | None
+    reason: str
+    held_back: bool = False
+    already: str | None = Field(default=None, description="the mechanism is already in its candidate state")
+    look_at: str
+    directions: list[str]
+    evidence: list[Evidence] = []
+    verdict: dict | None = Field(default=None, description="an experiment's result, when one was run")
+
+
+class Finding(BaseModel):
+    rule_id: str
+    name: str
+    symptom: str
+    layer: str
+    map_row: str
+    severity: Severity
+    severity_value: float | None = None
+    evidence: list[Evidence]
+    checks: list[Check]
+
+
+class NotEvaluated(BaseModel):
+    rule_id: str
+    reason: str
+
+
+class Diagnosis(BaseModel):
+    target: str
+    via: str
+    taken_at: datetime
+    window_s: float
+    model: str | None = None
+    engine: EngineInfo
+    slo: dict[str, float | None]
+    findings: list[Finding] = []
+    not_evaluated: list[NotEvaluated] = []
+    problems: list[str] = []
+    queries: int = 0
+
+    @property
+    def healthy(self) -> bool:
+        return not self.findings
+
+    @property
+    def checks(self) -> list[Check]:
+        return sorted((c for f in self.findings for c in f.checks), key=lambda c: c.rank)
+
+    @property
+    def top_severity(self) -> Severity:
+        return max((f.severity for f in self.findings), key=SEVERITY_ORDER.__getitem__, default="none")

@@ -1,0 +1,53 @@
+"""Ranking checks: evidence strength times the map's order. Supply and demand first, scheduling and
+memory next, the compute path last; a compute-path check is held back, with the reason, while the
+deployment is queueing or rejecting requests, because a queue bottleneck mistaken for a compute
+bottleneck gives a fake optimisation (map: "Fix supply and demand first")."""
+
+from __future__ import annotations
+
+from advisor.diagnosis.model import SEVERITY_ORDER, Check, Diagnosis
+from advisor.knobs import already_candidate
+from advisor.units import fmt
+from probes import Snapshot
+
+STAGE_WEIGHT = {"supply_demand": 1.0, "scheduling_memory": 0.6, "compute_path": 0.3}
+STAGE_NAME = {"supply_demand": "supply and demand", "scheduling_memory": "scheduling and memory",
+              "compute_path": "the compute path"}
+UNKNOWN_STRENGTH = 0.25  # a check whose evidence is missing still ranks, below well-evidenced ones
+QUEUE_WAITING = 1.0  # average waiting requests at which the deployment counts as queueing
+
+
+def queue_pressure(snap: Snapshot) -> str | None:
+    """Why supply and demand is still the bottleneck, or None."""
+    waiting = snap.value("requests_waiting_avg")
+    rejected = snap.value("admission_rejections_per_s")
+    if waiting is not None and waiting >= QUEUE_WAITING:
+        return f"requests are queueing (requests_waiting_avg = {waiting:.2g})"
+    if rejected:
+        return f"admission is rejecting requests ({fmt(rejected, 'req/s')})"
+    return None
+
+
+def rank(diag: Diagnosis, snap: Snapshot) -> None:
+    pressure = queue_pressure(snap)
+    checks: list[Check] = []
+    for f in diag.findings:
+        sev = 1.0 + SEVERITY_ORDER[f.severity] / 4
+        for c in f.checks:
+            strength = c.strength if c.strength is not None else UNKNOWN_STRENGTH
+            c.score = round(strength * STAGE_WEIGHT[c.stage] * sev, 4)
+            why = [f"{STAGE_NAME[c.stage]} (weight {STAGE_WEIGHT[c.stage]:g})",
+                   f"evidence strength {strength:.2f}" + ("" if c.strength is not None else f" assumed: {c.reason}"),
+                   f"{f.severity} {f.rule_id}"]
+            c.already = already_candidate(c.mechanism, snap.engine.config)
+            if c.already:
+                why.append(f"{c.already} (read from {snap.engine.config_source}): not recommended as 'turn it on'")
+            if c.stage == "compute_path" and pressure:
+                c.held_back = True
+                why.append(f"held back: {pressure}; fix supply and demand before comparing kernels, "
+                           "quantization or speculative schemes")
+            c.reason = "; ".join(why)
+            checks.append(c)
+    checks.sort(key=lambda c: (c.held_back, c.already is not None, -c.score))
+    for i, c in enumerate(checks, 1):
+        c.rank = i

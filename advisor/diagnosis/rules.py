@@ -1,0 +1,203 @@
+"""Rules: one YAML file each in rules/, loaded into typed objects with errors that name the file
+and the field. A rule recognises one symptom and prescribes ranked checks, each naming exactly one
+mechanism from the knob vocabulary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from advisor.diagnosis.expr import Expr, RuleSyntaxError, parse_expr
+from advisor.diagnosis.model import SEVERITY_ORDER
+from advisor.diagnosis.slo import SLO
+from advisor.knobs import KNOBS
+from advisor.resources import data_dir
+from probes import signal_defs
+
+OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
+       "<=": lambda a, b: a <= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+STAGES = ("supply_demand", "scheduling_memory", "compute_path")
+LEVELS = [s for s in SEVERITY_ORDER if s != "none"]
+
+
+class RuleError(ValueError):
+    """A rule file is malformed: the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Cond:
+    kind: str  # all | any | not | cmp
+    children: tuple["Cond", ...] = ()
+    left: Expr | None = None
+    op: str | None = None
+    right: Expr | str | None = None
+
+
+@dataclass
+class CheckSpec:
+    id: str
+    title: str
+    stage: str
+    evidence: Expr
+    strength: tuple[float, float]
+    look_at: str
+    directions: list[str]
+    mechanism: str
+    readout: str
+
+
+@dataclass
+class Rule:
+    id: str
+    name: str
+    symptom: str
+    layer: str
+    map_row: str
+    params: dict[str, float]
+    when: Cond
+    severity_value: Expr
+    thresholds: dict[str, float]
+    checks: list[CheckSpec]
+    docs: dict[str, Any]
+    path: Path
+    enabled: bool = True
+    evidence_signals: set[str] = field(default_factory=set)
+
+
+def _need(d: dict, key: str, where: str, kind: type | tuple = str) -> Any:
+    if key not in d:
+        raise RuleSyntaxError(f"{where}: missing required field {key!r}")
+    v = d[key]
+    if not isinstance(v, kind):
+        want = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise RuleSyntaxError(f"{where}.{key}: expected {want}, got {type(v).__name__}")
+    return v
+
+
+def _cond(raw: Any, where: str, params: dict, slos: set[str]) -> Cond:
+    if not isinstance(raw, dict):
+        raise RuleSyntaxError(f"{where}: expected a condition mapping")
+    if "all" in raw or "any" in raw:
+        kind = "all" if "all" in raw else "any"
+        items = _need(raw, kind, where, list)
+        if not items:
+            raise RuleSyntaxError(f"{where}.{kind}: must not be empty")
+        return Cond(kind, tuple(_cond(c, f"{where}.{kind}[{i}]", params, slos) for i, c in enumerate(items)))
+    if "not" in raw:
+        return Cond("not", (_cond(raw["not"], f"{where}.not", params, slos),))
+    left = parse_expr(_need(raw, "value", where, (dict, int, float)), f"{where}.value", params, slos)
+    op = _need(raw, "op", where)
+    if op not in OPS:
+        raise RuleSyntaxError(f"{where}.op: unknown operator {op!r} (use {' '.join(OPS)})")
+    than = raw.get("than")
+    if than is None:
+        raise RuleSyntaxError(f"{where}: missing required field 'than'")
+    right = than if isinstance(than, str) else parse_expr(than, f"{where}.than", params, slos)
+    if isinstance(right, str) and op not in ("==", "!="):
+        raise RuleSyntaxError(f"{where}.op: a text value can only be compared with == or !=")
+    return Cond("cmp", left=left, op=op, right=right)
+
+
+def _check(raw: Any, where: str, params: dict, slos: set[str]) -> CheckSpec:
+    if not isinstance(raw, dict):
+        raise RuleSyntaxError(f"{where}: expected a mapping")
+    stage = _need(raw, "stage", where)
+    if stage not in STAGES:
+        raise RuleSyntaxError(f"{where}.stage: {stage!r} is not one of {', '.join(STAGES)}")
+    mech = _need(raw, "mechanism", where)
+    if mech not in KNOBS:
+        raise RuleSyntaxError(f"{where}.mechanism: unknown mechanism {mech!r} (known: {', '.join(KNOBS)})")
+    readout = _need(raw, "readout", where)
+    if readout not in signal_defs():
+        raise RuleSyntaxError(f"{where}.readout: unknown signal {readout!r}")
+    s = _need(raw, "strength", where, dict)
+    lo, hi = _need(s, "low", f"{where}.strength", (int, float)), _need(s, "high", f"{where}.strength", (int, float))
+    if lo == hi:
+        raise RuleSyntaxError(f"{where}.strength: low and high must differ")
+    directions = _need(raw, "directions", where, list)
+    return CheckSpec(
+        id=_need(raw, "id", where), title=_need(raw, "title", where), stage=stage,
+        evidence=parse_expr(_need(raw, "evidence", where, (dict, int, float)), f"{where}.evidence", params, slos),
+        strength=(float(lo), float(hi)), look_at=_need(raw, "look_at", where),
+        directions=[str(d) for d in directions], mechanism=mech, readout=readout)
+
+
+DOC_FIELDS = ("detects", "evidence", "change", "references")
+
+
+def parse_rule(raw: Any, path: Path, override: dict | None = None) -> Rule:
+    where = path.name
+    try:
+        if not isinstance(raw, dict):
+            raise RuleSyntaxError(f"{where}: expected a mapping at the top level")
+        override = override or {}
+        params = {k: float(v) for k, v in (raw.get("params") or {}).items()}
+        for k, v in (override.get("params") or {}).items():
+            if k not in params:
+                raise RuleSyntaxError(f"override for {raw.get('id')}: unknown parameter {k!r}")
+            params[k] = float(v)
+        slos = set(SLO.model_fields)
+        sev = _need(raw, "severity", where, dict)
+        thresholds = {**_need(sev, "thresholds", f"{where}.severity", dict),
+                      **((override.get("severity") or {}).get("thresholds") or {})}
+        if list(thresholds) != LEVELS or any(not isinstance(v, (int, float)) for v in thresholds.values()):
+            raise RuleSyntaxError(f"{where}.severity.thresholds: needs numbers for {', '.join(LEVELS)}, in that order")
+        vals = list(thresholds.values())
+        if vals != sorted(vals) and vals != sorted(vals, reverse=True):
+            raise RuleSyntaxError(f"{where}.severity.thresholds: must be monotonic")
+        docs = _need(raw, "docs", where, dict)
+        for f in DOC_FIELDS:
+            if not docs.get(f):
+                raise RuleSyntaxError(f"{where}.docs.{f}: documentation is required")
+        checks = [_check(c, f"{where}.checks[{i}]", params, slos)
+                  for i, c in enumerate(_need(raw, "checks", where, list))]
+        if not checks:
+            raise RuleSyntaxError(f"{where}.checks: a rule needs at least one check")
+        rule = Rule(
+            id=_need(raw, "id", where), name=_need(raw, "name", where), symptom=_need(raw, "symptom", where),
+            layer=_need(raw, "layer", where), map_row=_need(raw, "map_row", where), params=params,
+            when=_cond(_need(raw, "when", where, dict), f"{where}.when", params, slos),
+            severity_value=parse_expr(_need(sev, "value", f"{where}.severity", (dict, int, float)),
+                                      f"{where}.severity.value", params, slos),
+            thresholds={k: float(v) for k, v in thresholds.items()}, checks=checks, docs=docs, path=path,
+            enabled=bool(override.get("enabled", True)))
+    except RuleSyntaxError as e:
+        raise RuleError(str(e)) from None
+    return rule
+
+
+def load_rules(directory: Path | None = None, overrides: dict | None = None) -> list[Rule]:
+    directory = directory or data_dir("rules")
+    overrides = overrides or {}
+    rules, seen = [], {}
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            raise RuleError(f"{path.name}: not valid YAML: {str(e).splitlines()[0]}") from None
+        rid = raw.get("id") if isinstance(raw, dict) else None
+        rule = parse_rule(raw, path, overrides.get(rid))
+        if rule.id in seen:
+            raise RuleError(f"{path.name}: id {rule.id} is already used by {seen[rule.id]}")
+        seen[rule.id] = path.name
+        rules.append(rule)
+    unknown = set(overrides) - set(seen)
+    if unknown:
+        raise RuleError(f"overrides name unknown rules: {', '.join(sorted(unknown))}")
+    if not rules:
+        raise RuleError(f"no rule files (*.yaml) in {directory}")
+    return [r for r in rules if r.enabled]
+
+
+def load_overrides(path: Path) -> dict:
+    """Per-rule overrides: {RULE_ID: {params: {...}, severity: {thresholds: {...}}, enabled: bool}}."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise RuleError(f"{path}: cannot read rule overrides: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise RuleError(f"{path}: expected a mapping of rule ids to overrides")
+    return data

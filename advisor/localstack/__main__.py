@@ -1,0 +1,127 @@
+"""The main job on a local default: a real engine made to queue, watched by Prometheus, then probed.
+
+    python -m advisor.localstack [--window 60] [--concurrency 8] ...
+
+Starts the CPU vLLM engine with --max-num-seqs 2 and a Prometheus scraping it every 2 s, drives
+more concurrent requests than the engine admits so that a queue forms, waits until Prometheus
+holds a full window of that load, and runs `advisor.cli probe` against it. Progress goes to
+stderr ("[local] ..."); the probe's report goes to stdout. Both servers stop on exit or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from advisor.localstack.engine import EngineError, LocalEngine
+from advisor.localstack.prometheus import LocalPrometheus, PrometheusError
+from advisor.localstack.traffic import DriveResult, drive_sync
+
+SCRAPE_S = 2
+
+
+def log(msg: str) -> None:
+    print(f"[local] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m advisor.localstack", description=__doc__.split("\n\n")[0])
+    p.add_argument("--window", type=int, default=60, help="probe window in seconds (default 60)")
+    p.add_argument("--max-num-seqs", type=int, default=2, help="engine admission limit (default 2)")
+    p.add_argument("--requests", type=int, default=24, help="requests per traffic round (default 24)")
+    p.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
+    p.add_argument("--prompt-words", type=int, default=600, help="prompt length in words (default 600)")
+    p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
+    return p.parse_args(argv)
+
+
+def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline: float, totals: DriveResult) -> None:
+    """Rounds of load until told to stop: on 2 CPU cores one round lasts seconds, not a window."""
+    seed = 0
+    while not stop.is_set() and time.monotonic() < deadline:
+        r = drive_sync(
+            url, requests=args.requests, concurrency=args.concurrency, prompt_words=args.prompt_words,
+            max_tokens=args.max_tokens, seed=seed, total_timeout=max(1.0, deadline - time.monotonic()),
+        )
+        # A new seed per round: repeated prompts would hit the prefix cache and hide the queue.
+        seed += 1
+        totals.requests += r.requests
+        totals.ok += r.ok
+        totals.errors += r.errors
+        totals.ttft_s += r.ttft_s
+        totals.first_error = totals.first_error or r.first_error
+
+
+def run_probe(prom_url: str, window: int) -> int:
+    if importlib.util.find_spec("advisor.cli") is None:
+        log(f"advisor.cli is not in this build yet, so there is no probe to run; Prometheus was at {prom_url}")
+        return 0
+    cmd = [sys.executable, "-m", "advisor.cli", "probe", "--prom-url", prom_url, "--window", f"{window}s"]
+    log("running: " + " ".join(cmd[1:]))
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=300).returncode
+    except subprocess.TimeoutExpired:
+        log("the probe ran past 300 s; stopped it")
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # systemd, CI and `timeout` stop us with SIGTERM: unwind through the finally below like Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    t0 = time.monotonic()
+    engine = LocalEngine(max_num_seqs=args.max_num_seqs)
+    prom: LocalPrometheus | None = None
+    stop = threading.Event()
+    totals = DriveResult(requests=0)
+    try:
+        log(f"starting vLLM (tiny-llama, --max-num-seqs {args.max_num_seqs}) on {engine.url}; log: {engine.log_dir}")
+        engine.start().wait_healthy()
+        log(f"engine healthy after {engine.healthy_after_s:.0f} s")
+        prom = LocalPrometheus([engine.target], scrape_interval=f"{SCRAPE_S}s").start()
+        log(f"prometheus ready on {prom.url} after {prom.ready_after_s:.1f} s, scraping every {SCRAPE_S} s")
+        # Counters need a sample from before the load, or rate() misses its start.
+        time.sleep(2 * SCRAPE_S)
+        hold = args.window + 2 * SCRAPE_S
+        log(
+            f"driving load: rounds of {args.requests} requests, {args.concurrency} in flight, "
+            f"{args.prompt_words}-word prompts, {args.max_tokens} output tokens; probing in {hold} s"
+        )
+        worker = threading.Thread(
+            target=traffic, args=(engine.url, args, stop, time.monotonic() + hold + 330, totals), daemon=True
+        )
+        worker.start()
+        time.sleep(hold)
+        if not worker.is_alive():
+            log(f"the load stopped early: {totals.first_error or 'no error recorded'}")
+            return 1
+        # Probe while the queue is still there, so the whole window holds it.
+        rc = run_probe(prom.url, args.window)
+        stop.set()
+        worker.join(timeout=120)
+        log(f"load: {totals.ok} ok, {totals.errors} errors of {totals.requests} requests")
+        if totals.first_error:
+            log(f"first load error: {totals.first_error}")
+        return rc
+    except (EngineError, PrometheusError) as e:
+        log(str(e))
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    finally:
+        stop.set()
+        log("stopping prometheus and the engine")
+        if prom is not None:
+            prom.stop()
+        engine.stop()
+        log(f"done in {time.monotonic() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

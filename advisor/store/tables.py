@@ -1,0 +1,104 @@
+"""The store's tables as typed SQLAlchemy models.
+
+Schema changes go through a new migration in migrations/versions/ (never create_all): the
+migrations are what real databases run. Later tables (experiments, load runs) join here with
+their own migration.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, MetaData
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+# Deterministic constraint names, so that later migrations can alter them by name on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# JSONB on PostgreSQL (binary, indexable); plain JSON text elsewhere.
+JsonDoc = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in Python on every backend.
+
+    SQLite has no time zone type: values are stored there as naive UTC, which keeps its text
+    comparisons (the `since` filters) correct, and get their zone back when read. Naive input
+    is taken to be UTC already.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = to_utc(value)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def to_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JsonDoc, datetime: UTCDateTime()}
+
+
+class DiagnosisRow(Base):
+    """One diagnosis: summary columns to filter and list by, and the whole document to rebuild it."""
+
+    __tablename__ = "diagnoses"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    target: Mapped[str] = mapped_column(index=True)
+    via: Mapped[str]
+    model: Mapped[str | None]
+    # Explicit: SQLAlchemy 2.0 maps `float` to Float, 2.1 to Double; the migration says Float.
+    window_s: Mapped[float] = mapped_column(Float)
+    engine_kind: Mapped[str | None]
+    engine_version: Mapped[str | None]
+    healthy: Mapped[bool]
+    top_severity: Mapped[str]
+    findings_count: Mapped[int]
+    queries: Mapped[int]
+    diagnosis: Mapped[dict[str, Any]]
+    snapshot: Mapped[dict[str, Any] | None]
+
+    findings: Mapped[list[FindingRow]] = relationship(
+        back_populates="diagnosis", cascade="all, delete-orphan", passive_deletes=True, order_by="FindingRow.id"
+    )
+
+
+class FindingRow(Base):
+    """One finding of a diagnosis, flattened for history queries (which rule fired, how badly, when)."""
+
+    __tablename__ = "findings"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # Indexed: PostgreSQL does not index foreign keys itself, and cascade deletes scan by it.
+    diagnosis_id: Mapped[int] = mapped_column(ForeignKey("diagnoses.id", ondelete="CASCADE"), index=True)
+    rule_id: Mapped[str] = mapped_column(index=True)
+    severity: Mapped[str]
+    symptom: Mapped[str]
+    top_check_mechanism: Mapped[str | None]
+    data: Mapped[dict[str, Any]]
+
+    diagnosis: Mapped[DiagnosisRow] = relationship(back_populates="findings")
