@@ -11,6 +11,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from advisor.settings import get_settings
 from advisor.store.errors import StoreError, one_line, redact
 from advisor.store.repository import Store
 
@@ -24,10 +25,7 @@ _MIGRATION_LOCK = 0x61647669
 
 def open_store(url: str | None = None) -> Store:
     """Open the store at `url` (default: Settings.database_url), migrated to the latest schema."""
-    if not url:
-        from advisor.settings import get_settings  # here: settings read the environment when asked
-
-        url = get_settings().database_url
+    url = url or get_settings().database_url
     engine = _engine(_parse(url), url)
     try:
         upgrade(engine, url)

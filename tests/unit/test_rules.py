@@ -1,0 +1,107 @@
+"""Every rule's fixture cases (tests/rule_cases/<ID>.yaml), run by one parametrised test, and a
+meta-test that every rule is documented and has cases that fire, don't fire, and sit on a boundary."""
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from advisor.diagnosis import SLO, diagnose, load_rules
+from advisor.diagnosis.rules import DOC_FIELDS, parse_rule
+from probes import EngineInfo, GpuDevice, GpuStatus, Replica, Signal, Snapshot, signal_defs
+from probes.catalog import signal_unit
+
+CASES = Path(__file__).parent.parent / "rule_cases"
+RULES = {r.id: r for r in load_rules()}
+
+
+def _signals(values: dict) -> dict[str, Signal]:
+    out = {}
+    for name in signal_defs():
+        v = values.get(name)
+        out[name] = Signal(name=name, value=None if v is None else float(v), unit=signal_unit(name), window_s=60,
+                           source="case", missing=None if v is not None else "not in this case")
+    return out
+
+
+def snapshot_for(case: dict) -> Snapshot:
+    unknown = set(case.get("signals", {})) - set(signal_defs())
+    assert not unknown, f"case names unknown signals {unknown}"
+    return Snapshot(
+        target="case", via="engine", window_s=60, taken_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        engine=EngineInfo(kind="vllm", config=case.get("config", {}), config_source="case config"),
+        signals=_signals(case.get("signals", {})),
+        replicas=[Replica(labels={"pod": f"p{i}"}, signals=_signals(r)) for i, r in enumerate(case.get("replicas", []))],
+        gpu=GpuStatus(available=True, source="case", devices=[GpuDevice(index=i) for i in range(case.get("gpus", 0))]),
+    )
+
+
+def _cases():
+    for path in sorted(CASES.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text())
+        for case in data["cases"]:
+            yield pytest.param(data["rule"], case, id=f"{data['rule']}: {case['name']}")
+
+
+@pytest.mark.parametrize("rule_id, case", list(_cases()))
+def test_rule_case(rule_id, case):
+    rule = RULES[rule_id]
+    if "overrides" in case:
+        rule = parse_rule(yaml.safe_load(rule.path.read_text()), rule.path, case["overrides"])
+    result = diagnose(snapshot_for(case), [rule], SLO(**case.get("slo", {})))
+    expect = case["expect"]
+    finding = next((f for f in result.findings if f.rule_id == rule_id), None)
+    skipped = next((n for n in result.not_evaluated if n.rule_id == rule_id), None)
+    if expect["fires"] == "unknown":
+        assert finding is None and skipped is not None, "expected 'not evaluated'"
+        assert skipped.reason
+        return
+    assert (finding is not None) == expect["fires"], skipped.reason if skipped else "fired" if finding else "did not fire"
+    if not finding:
+        return
+    assert finding.evidence and all(e.text for e in finding.evidence)
+    checks = sorted(finding.checks, key=lambda c: c.rank)
+    if "severity" in expect:
+        assert finding.severity == expect["severity"]
+    if "top_check" in expect:
+        assert checks[0].id == expect["top_check"], [(c.id, c.score, c.reason) for c in checks]
+    if "order" in expect:
+        assert [c.id for c in checks][: len(expect["order"])] == expect["order"]
+    if "held_back" in expect:
+        assert sorted(c.id for c in checks if c.held_back) == sorted(expect["held_back"])
+        assert all("held back" in c.reason for c in checks if c.held_back)
+    if "already" in expect:
+        assert sorted(c.id for c in checks if c.already) == sorted(expect["already"])
+    assert all(c.reason for c in checks)
+
+
+def test_every_rule_is_documented_and_has_cases():
+    problems = []
+    for rid, rule in RULES.items():
+        problems += [f"{rid}: docs.{f} missing" for f in DOC_FIELDS if not rule.docs.get(f)]
+        path = CASES / f"{rid}.yaml"
+        if not path.exists():
+            problems.append(f"{rid}: no case file {path.name}")
+            continue
+        cases = yaml.safe_load(path.read_text())["cases"]
+        fires = [c for c in cases if c["expect"]["fires"] is True]
+        quiet = [c for c in cases if c["expect"]["fires"] is False]
+        boundary = [c for c in cases if c["name"].startswith("boundary")]
+        if not fires or not quiet or not boundary:
+            problems.append(f"{rid}: needs cases that fire, that don't, and a boundary case")
+        if not any("top_check" in c["expect"] for c in fires):
+            problems.append(f"{rid}: no case asserts the top-ranked check")
+    assert not problems, "\n".join(problems)
+
+
+def test_rule_files_follow_id_naming():
+    for rule in RULES.values():
+        assert rule.path.name.startswith(f"{rule.id}-{rule.name}"), rule.path.name
+
+
+def test_every_map_symptom_row_is_covered():
+    rows = ["TTFT high, TPOT normal", "TPOT high", "throughput high but P99 high",
+            "memory full first, GPU not busy", "multi-GPU scaling not linear"]
+    for row in rows:
+        assert any(r.map_row.startswith(row) for r in RULES.values()), row
