@@ -143,8 +143,9 @@ def parse_rule(raw: Any, path: Path, override: dict | None = None) -> Rule:
         sev = _need(raw, "severity", where, dict)
         thresholds = {**_need(sev, "thresholds", f"{where}.severity", dict),
                       **((override.get("severity") or {}).get("thresholds") or {})}
-        if list(thresholds) != LEVELS or any(not isinstance(v, (int, float)) for v in thresholds.values()):
-            raise RuleSyntaxError(f"{where}.severity.thresholds: needs numbers for {', '.join(LEVELS)}, in that order")
+        if set(thresholds) != set(LEVELS) or any(not isinstance(v, (int, float)) for v in thresholds.values()):
+            raise RuleSyntaxError(f"{where}.severity.thresholds: needs numbers for {', '.join(LEVELS)}")
+        thresholds = {k: thresholds[k] for k in LEVELS}
         vals = list(thresholds.values())
         if vals != sorted(vals) and vals != sorted(vals, reverse=True):
             raise RuleSyntaxError(f"{where}.severity.thresholds: must be monotonic")
@@ -165,7 +166,10 @@ def parse_rule(raw: Any, path: Path, override: dict | None = None) -> Rule:
             thresholds={k: float(v) for k, v in thresholds.items()}, checks=checks, docs=docs, path=path,
             enabled=bool(override.get("enabled", True)))
     except RuleSyntaxError as e:
-        raise RuleError(str(e)) from None
+        msg = str(e)
+        if msg.startswith(where + "."):
+            msg = f"{where}: {msg[len(where) + 1:]}"
+        raise RuleError(msg) from None
     return rule
 
 

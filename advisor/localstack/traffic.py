@@ -9,6 +9,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -39,10 +40,12 @@ class DriveResult:
         self.first_error = self.first_error or why
 
 
-def _prompts(n: int, words: int, shared: int, seed: int) -> list[str]:
+def _prompts(words: int, shared: int, seed: int) -> Iterator[str]:
+    """Endless prompts: the first `shared` words are the same for all, the rest fresh per request."""
     rng = random.Random(seed)
     prefix = [rng.choice(WORDS) for _ in range(min(shared, words))]
-    return [" ".join(prefix + [rng.choice(WORDS) for _ in range(words - len(prefix))]) for _ in range(n)]
+    while True:
+        yield " ".join(prefix + [rng.choice(WORDS) for _ in range(words - len(prefix))])
 
 
 async def _one(client: httpx.AsyncClient, url: str, body: dict, result: DriveResult) -> None:
@@ -84,43 +87,46 @@ async def drive(
     max_tokens: int = 32,
     shared_prefix_words: int = 0,
     seed: int = 0,
+    duration_s: float | None = None,
     request_timeout: float = 120.0,
     total_timeout: float = 600.0,
 ) -> DriveResult:
-    """Send `requests` streamed completions, at most `concurrency` in flight, to a loopback engine.
+    """Send up to `requests` streamed completions, `concurrency` at a time, to an engine on this machine.
 
+    With `duration_s`, no request starts after that many seconds (those in flight finish).
     Requests still running at `total_timeout` are cancelled and counted as errors.
     """
     host = urlsplit(url).hostname
     if host not in LOOPBACK:
         raise ValueError(f"drive() only sends load to this machine (127.0.0.1), not to {host!r}")
     url = url.rstrip("/")
-    result = DriveResult(requests=requests)
-    gate = asyncio.Semaphore(concurrency)
+    result = DriveResult(requests=0)
+    prompts = _prompts(prompt_words, shared_prefix_words, seed)
+    started = time.monotonic()
 
-    async def guarded(prompt: str) -> None:
-        async with gate:
+    async def worker(client: httpx.AsyncClient) -> None:
+        while result.requests < requests and (duration_s is None or time.monotonic() - started < duration_s):
+            result.requests += 1
             body = {
-                "model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                "model": model, "prompt": next(prompts), "max_tokens": max_tokens, "stream": True,
                 # Fixed output length, so every run does the same decode work.
                 "ignore_eos": True, "temperature": 0.0,
             }
-            await _one(client, url, body, result)
+            try:
+                await _one(client, url, body, result)
+            except asyncio.CancelledError:
+                result._fail(f"cut at the {total_timeout:.0f} s limit")
+                raise
+            except Exception as e:  # an odd reply costs one request, not the rest of the run
+                result._fail(f"{type(e).__name__}: {e}")
 
-    started = time.monotonic()
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=request_timeout, limits=limits) as client:
-        tasks = [asyncio.ensure_future(guarded(p)) for p in _prompts(requests, prompt_words, shared_prefix_words, seed)]
-        finished, pending = await asyncio.wait(tasks, timeout=total_timeout)
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for t in finished:
-            if t.exception() is not None:
-                result._fail(f"{type(t.exception()).__name__}: {t.exception()}")
-        if pending:
-            result.errors += len(pending)
-            result.first_error = result.first_error or f"{len(pending)} requests cut at the {total_timeout:.0f} s limit"
+        workers = [asyncio.ensure_future(worker(client)) for _ in range(concurrency)]
+        _, pending = await asyncio.wait(workers, timeout=total_timeout)
+        for w in pending:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
     result.elapsed_s = time.monotonic() - started
     return result
 

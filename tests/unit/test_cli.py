@@ -1,0 +1,76 @@
+"""The command line: help on every option, and bad input as one clear line with exit code 2."""
+
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+from advisor.cli import app
+
+runner = CliRunner()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(*args):
+    return runner.invoke(app, list(args))
+
+
+@pytest.mark.parametrize("command, options", [
+    ("probe", ["--prom-url", "--url", "--window", "--model", "--at", "--engine", "--output", "--all"]),
+    ("diagnose", ["--prom-url", "--url", "--window", "--model", "--slo", "--rules-config", "--output", "--save"]),
+])
+def test_help_explains_every_option(command, options):
+    r = run(command, "--help")
+    assert r.exit_code == 0
+    for opt in options:
+        assert opt in r.output
+    assert "Exit codes" in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["probe"], "give exactly one of --prom-url"),
+    (["probe", "--url", "http://a", "--prom-url", "http://b"], "give exactly one of --prom-url"),
+    (["probe", "--url", "http://127.0.0.1:9", "--window", "soon"], "not a duration: 'soon'"),
+    (["probe", "--url", "http://127.0.0.1:9", "--at", "2026-01-01T00:00:00Z"], "--at needs --prom-url"),
+    (["probe", "--prom-url", "http://127.0.0.1:9", "--at", "yesterday"], "not a time"),
+    (["probe", "--url", "http://127.0.0.1:9", "--engine", "nope"], None),
+])
+def test_bad_arguments_exit_2(args, message):
+    r = run(*args)
+    assert r.exit_code == 2
+    if message:
+        assert message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_unreachable_engine_is_one_line():
+    r = run("probe", "--url", f"http://127.0.0.1:{closed_port()}", "--window", "1s")
+    assert r.exit_code == 2
+    assert "unreachable" in r.output and "Traceback" not in r.output
+
+
+def test_unreachable_prometheus_is_one_line():
+    r = run("diagnose", "--prom-url", f"http://127.0.0.1:{closed_port()}")
+    assert r.exit_code == 2
+    assert "Prometheus at" in r.output and "unreachable" in r.output
+
+
+def test_bad_slo_file_exits_2_before_probing(tmp_path):
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("ttft_p95: fast\n")
+    r = run("diagnose", "--prom-url", f"http://127.0.0.1:{closed_port()}", "--slo", str(slo))
+    assert r.exit_code == 2
+    assert "slo.yaml: field ttft_p95" in r.output
+
+
+def test_bad_rules_config_exits_2(tmp_path):
+    cfg = tmp_path / "rules.yaml"
+    cfg.write_text("ADV404: {enabled: false}\n")
+    r = run("diagnose", "--prom-url", "http://127.0.0.1:9", "--rules-config", str(cfg))
+    assert r.exit_code == 2
+    assert "unknown rules: ADV404" in r.output
