@@ -48,3 +48,20 @@ def test_queue_forms_behind_max_num_seqs(local_engine):
 def test_drive_refuses_remote_targets():
     with pytest.raises(ValueError, match="127.0.0.1"):
         drive_sync("http://10.0.0.1:8000", requests=1)
+
+
+def test_drive_cuts_requests_at_the_total_limit():
+    async def scenario():
+        async def silent(reader, writer):
+            await asyncio.sleep(30)  # accepts, never answers
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await drive(f"http://127.0.0.1:{port}", requests=3, concurrency=3, total_timeout=0.5)
+
+    result = asyncio.run(scenario())
+    assert (result.requests, result.ok, result.errors) == (3, 0, 3)
+    assert "cut at the" in result.first_error
+    assert result.elapsed_s < 5

@@ -1,0 +1,51 @@
+"""Symptoms provoked on the real CPU engine by configuration and load, diagnosed through a real
+Prometheus: the diagnosis names the symptom and ranks the right check first."""
+
+import json
+
+from typer.testing import CliRunner
+
+from advisor.cli import app
+from tests.e2e.conftest import settle
+
+runner = CliRunner()
+
+
+def diagnose_json(prom_url: str, *extra: str) -> tuple[int, dict]:
+    r = runner.invoke(app, ["diagnose", "--prom-url", prom_url, "--window", "60s", "--output", "json", *extra])
+    assert r.exit_code in (0, 1), r.output
+    return r.exit_code, json.loads(r.stdout)
+
+
+def test_queue_behind_max_num_seqs_is_ttft_high_with_queueing_first(local_engine, local_prometheus, background):
+    # --max-num-seqs 2 (the engine's configuration) and 24 concurrent long prompts (the load).
+    prom = local_prometheus([local_engine.target])
+    background.start(local_engine.url, requests=10_000, duration_s=30, concurrency=24, prompt_words=800, max_tokens=32)
+    assert background.join()[0].errors == 0
+    settle()
+    code, d = diagnose_json(prom.url)
+    assert code == 1 and not d["healthy"]
+    ids = [f["rule_id"] for f in d["findings"]]
+    assert "ADV001" in ids, (ids, d["not_evaluated"])
+    ttft = next(f for f in d["findings"] if f["rule_id"] == "ADV001")
+    assert {e["signal"] for e in ttft["evidence"]} >= {"ttft_p95", "tpot_p95"}
+    top = min((c for f in d["findings"] for c in f["checks"]), key=lambda c: c["rank"])
+    assert (top["rule_id"], top["id"], top["mechanism"]) == ("ADV001", "queueing", "max_num_seqs"), top
+    # Prefix caching is on by default: never recommended as "turn it on".
+    for c in (c for f in d["findings"] for c in f["checks"] if c["mechanism"] == "prefix_caching"):
+        assert c["already"] and "not recommended" in c["reason"]
+
+
+def test_long_and_short_generations_mixed_is_a_tail_problem(local_engine, local_prometheus, background):
+    # Two streams within the engine's 2 slots, so nothing queues: many short generations and a
+    # few long ones. The median stays fast, the P99 is the long ones.
+    prom = local_prometheus([local_engine.target])
+    background.start(local_engine.url, requests=10_000, duration_s=25, concurrency=1, prompt_words=40, max_tokens=4, seed=1)
+    background.start(local_engine.url, requests=10_000, duration_s=25, concurrency=1, prompt_words=40, max_tokens=1500, seed=2)
+    assert all(r.errors == 0 for r in background.join())
+    settle()
+    code, d = diagnose_json(prom.url)
+    ids = [f["rule_id"] for f in d["findings"]]
+    assert "ADV003" in ids and "ADV001" not in ids, (ids, d["not_evaluated"])
+    tail = next(f for f in d["findings"] if f["rule_id"] == "ADV003")
+    assert min(tail["checks"], key=lambda c: c["rank"])["id"] == "isolated-pools", tail["checks"]
