@@ -62,7 +62,7 @@ def run_probe(prom_url: str, window: int) -> int:
         log(f"advisor.cli is not in this build yet, so there is no probe to run; Prometheus was at {prom_url}")
         return 0
     cmd = [sys.executable, "-m", "advisor.cli", "probe", "--prom-url", prom_url, "--window", f"{window}s"]
-    log("running: " + " ".join(cmd[1:]))
+    log("running: python " + " ".join(cmd[1:]))
     try:
         return subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=300).returncode
     except subprocess.TimeoutExpired:

@@ -74,3 +74,21 @@ def test_bad_rules_config_exits_2(tmp_path):
     r = run("diagnose", "--prom-url", "http://127.0.0.1:9", "--rules-config", str(cfg))
     assert r.exit_code == 2
     assert "unknown rules: ADV404" in r.output
+
+
+def test_every_rule_has_a_help_page():
+    from advisor.diagnosis import load_rules
+
+    listed = run("rules", "list")
+    assert listed.exit_code == 0
+    for rule in load_rules():
+        assert rule.id in listed.output
+        page = run("rules", "show", rule.id)
+        assert page.exit_code == 0
+        for heading in ("What it detects", "Evidence", "What to change", "Checks", "Thresholds"):
+            assert heading in page.output, (rule.id, heading)
+
+
+def test_unknown_rule_page():
+    r = run("rules", "show", "ADV404")
+    assert r.exit_code == 2 and "no rule 'ADV404'" in r.output

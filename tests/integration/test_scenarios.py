@@ -1,0 +1,153 @@
+"""Every symptom of the map's table, backfilled into a real Prometheus and diagnosed end to end.
+
+Each tests/scenarios/*.yaml is generated (tests/scenarios/generate.py), written into a fresh TSDB
+with promtool, served by one Prometheus, probed at the scenario's end (and at any `evals` offsets,
+promtool's eval_time), diagnosed with the default SLOs, and judged against its `expect`/`absent`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from advisor.diagnosis import SLO, diagnose, load_rules
+from advisor.localstack import LocalPrometheus, backfill
+from probes import probe_prometheus
+from probes import _delta
+from probes.catalog import dialects
+from probes.exposition import parse
+from tests.scenarios import generate as gen
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+SCENARIOS = Path(__file__).parents[1] / "scenarios"
+FILES = sorted(SCENARIOS.glob("*.yaml"))
+CAPTURE = Path(__file__).parents[1] / "fixtures" / "vllm-0.32.0-cpu" / "metrics-queueing-t1.txt"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """name -> (scenario, families, Prometheus): one server per scenario file, started on first use."""
+    live: dict[str, tuple] = {}
+
+    def get(path: Path):
+        if path.stem not in live:
+            scn = gen.load(path)
+            families = gen.build(scn)
+            data = tmp_path_factory.mktemp(path.stem) / "data"
+            text = _render(families, scn)
+            backfill(text, data)
+            prom = LocalPrometheus([], data_dir=data).start()
+            live[path.stem] = (scn, families, prom)
+        return live[path.stem]
+
+    yield get
+    for _, _, prom in live.values():
+        prom.stop()
+
+
+def _render(families, scn) -> str:
+    import io
+
+    buf = io.StringIO()
+    gen.write(families, scn.timestamps, buf)
+    return buf.getvalue()
+
+
+def _at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def _summary(diag) -> str:
+    lines = [f"findings: {[(f.rule_id, f.severity) for f in diag.findings]}"]
+    lines += [f"  {c.rank}. {c.rule_id}/{c.id} score={c.score} held_back={c.held_back} already={c.already}"
+              for c in diag.checks]
+    lines += [f"  not evaluated: {n.rule_id}: {n.reason}" for n in diag.not_evaluated]
+    return "\n".join(lines)
+
+
+def _judge(diag, expect: dict, absent: list[str], where: str) -> None:
+    fired = {f.rule_id for f in diag.findings}
+    info = f"{where}\n{_summary(diag)}"
+    if expect.get("healthy"):
+        assert not fired, f"expected a healthy diagnosis, got {sorted(fired)}\n{info}"
+    wanted = [r for r in [expect.get("rule"), *expect.get("also", [])] if r]
+    for rid in wanted:
+        assert rid in fired, f"{rid} should fire\n{info}"
+    for rid in absent:
+        assert rid not in fired, f"{rid} must not fire\n{info}"
+    if expect.get("top"):
+        top = diag.checks[0]
+        assert f"{top.rule_id}/{top.id}" == expect["top"], f"rank 1 should be {expect['top']}\n{info}"
+    if expect.get("order"):
+        finding = next(f for f in diag.findings if f.rule_id == expect["rule"])
+        got = [c.id for c in sorted(finding.checks, key=lambda c: c.rank)][: len(expect["order"])]
+        assert got == expect["order"], f"{expect['rule']} checks should start {expect['order']}\n{info}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_scenario(path, served):
+    scn, _, prom = served(path)
+    rules = load_rules()
+    evals = [{"at": 0, "expect": scn.raw.get("expect") or {}, "absent": scn.raw.get("absent") or []},
+             *(scn.raw.get("evals") or [])]
+    assert evals[0]["expect"] or evals[0]["absent"], f"{path.name} has no expect or absent block"
+    for ev in evals:
+        at = scn.end + gen.seconds(ev.get("at", 0))
+        snap = probe_prometheus(prom.url, window_s=scn.window, at=_at(at))
+        diag = diagnose(snap, rules, SLO())
+        _judge(diag, ev.get("expect") or {}, ev.get("absent") or [], f"{path.name} at end{ev.get('at') or ''}")
+
+
+def test_bucket_table_is_vllms_own():
+    """The generator's buckets are the ones the real engine exposes, not made up."""
+    seen: dict[str, list[float]] = {}
+    for line in CAPTURE.read_text().splitlines():
+        m = re.match(r'(vllm:\w+)_bucket\{.*le="([^"]+)"', line)
+        if m and m.group(2) != "+Inf":
+            seen.setdefault(m.group(1), []).append(float(m.group(2)))
+    for name, bounds in gen.BUCKETS.items():
+        assert list(bounds) == seen[name], name
+
+
+# Quantiles: both paths interpolate linearly inside the same bucket, so Prometheus and the
+# scrape math agree to float precision; against the true value (every observation is the same
+# number) the interpolation may be off by up to the width of the bucket holding it.
+EXACT = 1e-9
+
+
+def test_prometheus_and_scrape_math_agree(served):
+    """Three replicas, one with 5x the traffic: the aggregate PromQL equals both the sum we know we
+    put in and the engine probe's two-scrape delta math over the same window."""
+    scn, families, prom = served(SCENARIOS / "replica-imbalance.yaml")
+    assert len(scn.replicas) == 3
+    snap = probe_prometheus(prom.url, window_s=scn.window, at=_at(scn.end))
+    got = {k: s.value for k, s in snap.signals.items()}
+
+    # What went in: per_step observations per replica per interval, times each replica's traffic.
+    per_step, traffic = 15, [1, 1, 5]
+    rate = sum(traffic) * per_step / scn.interval
+    known = {"request_rate": rate, "prompt_tokens_per_s": rate * 180, "generation_tokens_per_s": rate * 100,
+             "e2e_mean": 2.4, "ttft_mean": 0.45, "prompt_len_mean": 180, "prefix_cache_hit_rate": 0.5,
+             "error_rate": 0.0, "preemptions_per_s": 0.0, "requests_waiting_avg": 2.0,
+             "requests_running_avg": 36.0, "kv_cache_usage_avg": 0.3}
+    for name, want in known.items():
+        assert got[name] == pytest.approx(want, rel=EXACT, abs=EXACT), name
+    per_replica = sorted(r.signals["request_rate"].value for r in snap.replicas)
+    assert per_replica == pytest.approx([t * per_step / scn.interval for t in sorted(traffic)], rel=EXACT)
+
+    bucket = {"ttft_p95": (0.25, 0.5, 0.45), "e2e_p99": (2.0, 2.5, 2.4), "tpot_p95": (0.01, 0.025, 0.02)}
+    for name, (lo, hi, true) in bucket.items():
+        assert lo < got[name] <= hi and abs(got[name] - true) <= hi - lo, name
+
+    # The engine probe's math on what /metrics would have shown at the window's two ends.
+    scrapes = [parse(gen.exposition_at(families, scn.timestamps, t), t) for t in (scn.end - scn.window, scn.end)]
+    scraped = _delta.compute(dialects()["vllm"], scrapes)[()]
+    compared = [n for n, s in scraped.items() if s.value is not None and got.get(n) is not None]
+    assert {"request_rate", "ttft_p95", "tpot_p95", "e2e_p99", "queue_time_p95", "kv_cache_usage_max"} <= set(compared)
+    for name in compared:
+        assert got[name] == pytest.approx(scraped[name].value, rel=EXACT, abs=EXACT), name
+    assert not [n for n, s in scraped.items() if (s.value is None) != (got.get(n) is None)]
