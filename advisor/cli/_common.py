@@ -1,0 +1,77 @@
+"""What every command shares: consoles, options, exit codes, and taking a snapshot."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from advisor.settings import get_settings
+from advisor.units import parse_duration, parse_time
+from probes import ProbeError, Snapshot, probe_engine, probe_prometheus
+from probes.errors import BadExposition, CatalogError
+
+# A pipe or CI log gets a fixed, readable width instead of rich's 80-column fallback.
+out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 140)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+EXIT_OK, EXIT_FOUND, EXIT_FAILED = 0, 1, 2
+
+
+class Output(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class ReportFormat(str, Enum):
+    text = "text"
+    json = "json"
+    markdown = "markdown"
+
+
+PromUrl = Annotated[Optional[str], typer.Option("--prom-url", help="Prometheus server that scrapes the deployment, e.g. http://127.0.0.1:9090.")]
+EngineUrl = Annotated[Optional[str], typer.Option("--url", help="An engine's base URL; its /metrics is sampled directly, without Prometheus.")]
+Window = Annotated[Optional[str], typer.Option("--window", help="How far back to look (Prometheus) or how long to sample (--url): 30s, 5m, 1h. Default: $ADVISOR_WINDOW, else 60s.")]
+Model = Annotated[Optional[str], typer.Option("--model", help="Only this served model's series (the engine's model label).")]
+At = Annotated[Optional[str], typer.Option("--at", help="Evaluate at this time (RFC 3339 or unix seconds) instead of now; Prometheus only.")]
+Engine = Annotated[Optional[str], typer.Option("--engine", help="Skip detection and read this dialect: vllm, sglang, tgi, llamacpp, trtllm, triton.")]
+
+
+def fail(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(EXIT_FAILED)
+
+
+def take_snapshot(prom_url: str | None, url: str | None, window: str | None, model: str | None,
+                  at: str | None, engine: str | None) -> Snapshot:
+    """One snapshot from exactly one source; every failure becomes a one-line error and exit 2."""
+    settings = get_settings()
+    if bool(prom_url) == bool(url):
+        raise fail("give exactly one of --prom-url (a Prometheus server) or --url (an engine)")
+    try:
+        window_s = parse_duration(window or settings.window)
+        when = parse_time(at) if at else None
+    except ValueError as e:
+        raise fail(str(e)) from None
+    if when and url:
+        raise fail("--at needs --prom-url: an engine's /metrics only tells the present")
+    try:
+        if prom_url:
+            return probe_prometheus(prom_url, window_s=window_s, model=model, at=when, engine=engine,
+                                    timeout=settings.timeout)
+
+        def progress(done: float, total: float) -> None:
+            err.print(f"[dim]sampling {url}/metrics: {done:.0f}/{total:.0f}s[/]", highlight=False)
+
+        return probe_engine(url, window_s=window_s, model=model, engine=engine, timeout=settings.timeout,
+                            progress=progress)
+    except (ProbeError, BadExposition, CatalogError) as e:
+        raise fail(str(e)) from None
+
+

@@ -1,0 +1,68 @@
+"""advisor diagnose: symptoms and ranked checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from advisor.cli._app import app
+from advisor.cli._common import (EXIT_FAILED, EXIT_FOUND, EXIT_OK, At, Engine, EngineUrl, Model, Output, PromUrl,
+    ReportFormat, Window, err, fail, out, take_snapshot)
+from advisor.settings import get_settings
+
+
+@app.command()
+def diagnose(
+    prom_url: PromUrl = None,
+    url: EngineUrl = None,
+    window: Window = None,
+    model: Model = None,
+    at: At = None,
+    engine: Engine = None,
+    slo: Annotated[Optional[Path], typer.Option("--slo", help="YAML file of SLOs: ttft_p95, tpot_p95, e2e_p99 (seconds), error_rate (0-1), goodput_min (req/s). Default: ADVISOR_SLO_FILE, else built-in defaults.")] = None,
+    rules_config: Annotated[Optional[Path], typer.Option("--rules-config", help="YAML of per-rule overrides: {ADV001: {params: {...}, severity: {thresholds: {...}}, enabled: false}}.")] = None,
+    output: Annotated[ReportFormat, typer.Option("--output", "-o", help="text for people, json for machines, markdown for tickets.")] = ReportFormat.text,
+    save: Annotated[bool, typer.Option("--save", help="Record this diagnosis in the store (ADVISOR_DB_URL, default SQLite in the data dir) for the dashboard and weekly report.")] = False,
+) -> None:
+    """Recognise the deployment's symptoms and rank the checks the optimisation map prescribes.
+
+    Exit codes: 0 healthy, 1 symptoms found, 2 could not diagnose (unreachable, no data, bad input).
+    """
+    from advisor.diagnosis import RuleError, SLOError, diagnose as run_diagnosis, load_overrides, load_rules, load_slo
+
+    settings = get_settings()
+    try:
+        slo_spec = load_slo(slo or settings.slo_file)
+        overrides = load_overrides(rules_config or settings.rules_config) if (rules_config or settings.rules_config) else {}
+        rules = load_rules(overrides=overrides)
+    except (SLOError, RuleError) as e:
+        raise fail(str(e)) from None
+    snap = take_snapshot(prom_url, url, window, model, at, engine)
+    if not any(s.present for s in snap.signals.values()):
+        raise fail(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
+    result = run_diagnosis(snap, rules, slo_spec)
+    if save:
+        from advisor.store import StoreError, open_store
+
+        try:
+            store = open_store(settings.database_url)
+            run_id = store.save_diagnosis(result, snap)
+            store.close()
+        except StoreError as e:
+            raise fail(str(e)) from None
+        err.print(f"[dim]saved as diagnosis {run_id}[/]")
+    if output is ReportFormat.json:
+        print(json.dumps({"healthy": result.healthy, "top_severity": result.top_severity,
+                          **result.model_dump(mode="json")}, indent=2))
+    elif output is ReportFormat.markdown:
+        from advisor.reports.markdown import render as render_md
+
+        print(render_md("diagnosis.md.j2", d=result))
+    else:
+        from advisor.reports.diagnosis_text import render as render_text
+
+        render_text(result, out)
+    raise typer.Exit(EXIT_OK if result.healthy else EXIT_FOUND)

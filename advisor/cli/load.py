@@ -1,0 +1,97 @@
+"""advisor load: replay a traffic shape against a target and measure TTFT/TPOT/ITL/E2E exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import httpx
+import typer
+
+from advisor.cli._app import app
+from advisor.cli._common import EXIT_FAILED, EXIT_OK, Output, err, fail, out
+from advisor.settings import get_settings
+
+
+def _model_of(target: str, timeout: float) -> str:
+    try:
+        r = httpx.get(target.rstrip("/") + "/v1/models", timeout=timeout)
+        r.raise_for_status()
+        return r.json()["data"][0]["id"]
+    except httpx.HTTPError as e:
+        raise fail(f"{target} is unreachable or has no /v1/models ({type(e).__name__}): give --model") from None
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise fail(f"{target}/v1/models lists no model: give --model") from None
+
+
+@app.command()
+def load(
+    target: Annotated[str, typer.Option("--target", help="The engine's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000.")],
+    workload_file: Annotated[Optional[Path], typer.Option("--workload", help="A workload YAML: buckets, prefix, arrival, cancellation, duration, seed.")] = None,
+    from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from this Prometheus: the deployment's own length histograms, prefix hit rate and arrival rate.")] = None,
+    from_trace: Annotated[Optional[Path], typer.Option("--from-trace", help="Replay a trace: JSONL (timestamp, prompt_tokens, output_tokens, prefix_id), Mooncake JSONL or Azure CSV.")] = None,
+    duration: Annotated[Optional[str], typer.Option("--duration", help="Run length, e.g. 60s or 5m (overrides the workload's).")] = None,
+    rate: Annotated[Optional[float], typer.Option("--rate", help="Requests per second (overrides the workload's open-loop rate).")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Closed loop: keep this many requests in flight instead of a rate.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Served model name. Default: the workload's, else the target's first model.")] = None,
+    window: Annotated[str, typer.Option("--window", help="With --from-prom: how much history shapes the workload.")] = "1h",
+    warmup: Annotated[Optional[str], typer.Option("--warmup", help="Exclude requests scheduled in the first N seconds, e.g. 5s.")] = None,
+    export: Annotated[Optional[Path], typer.Option("--export", help="Write every request's record to FILE (.jsonl, .csv or .parquet).")] = None,
+    save: Annotated[bool, typer.Option("--save", help="Keep the run and its samples in the store.")] = False,
+    output: Annotated[Output, typer.Option("--output", "-o", help="text: a summary table by bucket; json: the summary with generator validity.")] = Output.text,
+) -> None:
+    """Replay a workload against a target and report client-side TTFT, TPOT, ITL, E2E and goodput per bucket.
+
+    Exit codes: 0 the run was valid, 1 the load generator fell behind (results invalid), 2 could not run.
+    """
+    from advisor.loadgen import execute
+    from advisor.units import parse_duration
+    from advisor.workload.spec import WorkloadError
+
+    if sum(x is not None for x in (workload_file, from_prom, from_trace)) != 1:
+        raise fail("give exactly one of --workload, --from-prom or --from-trace")
+    settings = get_settings()
+    try:
+        duration_s = parse_duration(duration) if duration else None
+        warmup_s = parse_duration(warmup) if warmup else None
+        window_s = parse_duration(window)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    try:
+        job = execute.prepare(target, workload_file=workload_file, from_prom=from_prom, from_trace=from_trace,
+                              duration_s=duration_s, rate=rate, concurrency=concurrency, window_s=window_s,
+                              warmup_s=warmup_s, model=model or None, timeout=settings.timeout,
+                              model_lookup=_model_of)
+    except (WorkloadError, execute.LoadError) as e:
+        raise fail(str(e)) from None
+    err.print(f"[dim]{job.describe()}[/]", highlight=False)
+    result = asyncio.run(execute.run_with_progress(job, err))
+    if result.summary.overall.requests == 0:
+        raise fail(f"no request reached {target}: {next(iter(result.summary.errors_seen), 'nothing was sent')}")
+    if export:
+        try:
+            execute.export(result, export)
+        except ValueError as e:
+            raise fail(str(e)) from None
+        err.print(f"[dim]wrote {len(result.run.records)} records to {export}[/]")
+    if save:
+        from advisor.store import StoreError, open_store
+
+        try:
+            with open_store(settings.database_url) as store:
+                run_id = store.save_load_run(job.workload, result.summary, result.run.records, target=target,
+                                             model=job.target.model, started_at=result.started_at,
+                                             wall_s=result.run.wall_s, manifest=result.manifest)
+        except StoreError as e:
+            raise fail(str(e)) from None
+        err.print(f"[dim]saved as load run {run_id}[/]")
+    if output is Output.json:
+        print(json.dumps({"workload": job.workload.model_dump(mode="json"), "manifest": result.manifest,
+                          **result.summary.model_dump(mode="json")}, indent=2))
+    else:
+        from advisor.reports.load_text import render
+
+        render(result.summary, job, out)
+    raise typer.Exit(EXIT_OK if result.summary.generator.valid else 1)

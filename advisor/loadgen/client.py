@@ -1,0 +1,81 @@
+"""Streaming OpenAI-compatible requests (/v1/completions, /v1/chat/completions), timed per chunk.
+Cancellation closes the stream, which the engine sees as a client abort."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+
+from advisor.loadgen.record import RequestRecord
+
+
+def body(api: str, model: str, prompt: str, max_tokens: int, extra: dict | None = None) -> dict:
+    b = {"model": model, "max_tokens": max_tokens, "stream": True,
+         "stream_options": {"include_usage": True}, "temperature": 0.0,
+         # Fixed output length so both arms of an experiment do the same decode work.
+         "ignore_eos": True}
+    if api == "chat":
+        b["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        b["prompt"] = prompt
+    return {**b, **(extra or {})}
+
+
+def _tokens_in(chunk: dict, api: str) -> bool:
+    for choice in chunk.get("choices") or []:
+        if api == "chat":
+            if (choice.get("delta") or {}).get("content"):
+                return True
+        elif choice.get("text"):
+            return True
+    return False
+
+
+async def send(client: httpx.AsyncClient, url: str, api: str, payload: dict, rec: RequestRecord,
+               t0: float, cancel_after: int | None = None) -> None:
+    path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    rec.sent_s = time.perf_counter() - t0
+    streamed = 0
+    usage = None
+    try:
+        async with client.stream("POST", url + path, json=payload) as r:
+            rec.http_status = r.status_code
+            if r.status_code != 200:
+                text = (await r.aread()).decode(errors="replace")
+                rec.status, rec.error = "error", f"HTTP {r.status_code}: {text[:200]}"
+                return
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    rec.status = "ok"
+                    break
+                now = time.perf_counter() - t0
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    rec.status, rec.error = "error", f"stream error: {str(chunk['error'])[:200]}"
+                    return
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                if _tokens_in(chunk, api):
+                    streamed += 1
+                    rec.chunk_s.append(now)
+                    rec.first_token_s = rec.first_token_s or now
+                    rec.last_token_s = now
+                    if cancel_after is not None and streamed >= cancel_after:
+                        rec.status = "cancelled"
+                        break  # leaving the context closes the connection mid-stream
+            else:
+                rec.status, rec.error = "error", "stream ended without [DONE]"
+    except httpx.TimeoutException:
+        rec.status, rec.error = "error", "timed out"
+    except httpx.HTTPError as e:
+        rec.status, rec.error = "error", f"{type(e).__name__}: {str(e)[:200] or 'connection failed'}"
+    except json.JSONDecodeError:
+        rec.status, rec.error = "error", "malformed stream chunk (not JSON)"
+    finally:
+        completion = (usage or {}).get("completion_tokens")
+        rec.output_tokens = completion if isinstance(completion, int) and rec.status == "ok" else streamed

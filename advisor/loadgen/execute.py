@@ -1,0 +1,137 @@
+"""From a workload source to measured results: plan, size prompts, run with progress, summarise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from advisor import manifest as manifest_mod
+from advisor.loadgen.metrics import DEFINITIONS, Summary, summarize
+from advisor.loadgen.runner import Run, Target, run
+from advisor.workload.plan import PlannedRequest, plan
+from advisor.workload.spec import Arrival, Workload, load_workload
+
+
+class LoadError(ValueError):
+    pass
+
+
+@dataclass
+class Job:
+    workload: Workload
+    requests: list[PlannedRequest]
+    prompts: dict[int, str]
+    target: Target
+    warmup_s: float
+    concurrency: int | None
+    duration_s: float | None
+
+    def describe(self) -> str:
+        w = self.workload
+        a = w.arrival
+        shape = f"concurrency {a.concurrency}" if a.kind == "concurrency" else f"{a.kind} {a.rate:g} req/s"
+        length = f"{w.duration_s:g}s" if w.duration_s else f"{len(self.requests)} requests"
+        return (f"{w.name} ({w.source}): {len(self.requests)} requests, {shape}, {length}, "
+                f"{len(w.buckets)} buckets, seed {w.seed} -> {self.target.url} model {self.target.model}")
+
+
+@dataclass
+class Result:
+    run: Run
+    summary: Summary
+    manifest: dict
+    started_at: datetime
+
+
+def _workload(target: str, workload_file, from_prom, from_trace, window_s, timeout) -> tuple[Workload, list[PlannedRequest] | None]:
+    if workload_file:
+        return load_workload(workload_file), None
+    if from_prom:
+        from advisor.workload.telemetry import workload_from_prometheus
+
+        return workload_from_prometheus(from_prom, window_s=window_s), None
+    from advisor.workload.traces import load_trace, trace_requests, trace_to_workload
+
+    trace = load_trace(from_trace)
+    return trace_to_workload(trace), trace_requests(trace)
+
+
+def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | None = None,
+            from_trace: Path | None = None, duration_s: float | None = None, rate: float | None = None,
+            concurrency: int | None = None, window_s: float = 3600, warmup_s: float | None = None,
+            model: str | None = None, timeout: float = 10.0,
+            model_lookup: Callable[[str, float], str] | None = None) -> Job:
+    w, replay = _workload(target, workload_file, from_prom, from_trace, window_s, timeout)
+    changes: dict = {}
+    if duration_s:
+        changes["duration_s"] = duration_s
+        changes["requests"] = None if not w.requests or replay is None else w.requests
+    if concurrency:
+        changes["arrival"] = Arrival(kind="concurrency", concurrency=concurrency)
+    elif rate:
+        kind = w.arrival.kind if w.arrival.kind != "concurrency" else "poisson"
+        changes["arrival"] = Arrival(kind=kind, rate=rate, burstiness=w.arrival.burstiness)
+    if warmup_s is not None:
+        changes["warmup_s"] = warmup_s
+    if changes:
+        w = Workload.model_validate({**w.model_dump(), **changes})
+    requests = replay if (replay is not None and not rate and not concurrency) else plan(w)
+    if replay is not None and duration_s:
+        requests = [r for r in requests if r.at_s is None or r.at_s < duration_s]
+    if not requests:
+        raise LoadError("the workload plans no request (duration too short for the rate?)")
+    served = model or w.model or (model_lookup(target, timeout) if model_lookup else None)
+    if not served:
+        raise LoadError("no model: give --model")
+    from advisor.workload.prompts import PromptSizer
+
+    sizer = PromptSizer.for_target(target, served, tokenizer=w.tokenizer, timeout=timeout)
+    prompts = sizer.prompts_for(requests, w)
+    return Job(workload=w, requests=requests, prompts=prompts, target=Target(url=target, model=served, api=w.api),
+               warmup_s=w.warmup_s, concurrency=w.arrival.concurrency if w.arrival.kind == "concurrency" else None,
+               duration_s=w.duration_s)
+
+
+async def run_with_progress(job: Job, console: Console, should_abort=None) -> Result:
+    started = datetime.now(timezone.utc)
+    columns = [TextColumn("[dim]load[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("requests", total=len(job.requests))
+        r = await run(job.target, job.requests, job.prompts, concurrency=job.concurrency,
+                      duration_s=job.duration_s if job.concurrency else None,
+                      progress=lambda done, total: bar.update(task, completed=done), should_abort=should_abort)
+    summary = summarize(r, warmup_s=job.warmup_s)
+    return Result(run=r, summary=summary, manifest=build_manifest(job, summary), started_at=started)
+
+
+def build_manifest(job: Job, summary: Summary) -> dict:
+    w = job.workload
+    return {
+        "workload": {"name": w.name, "source": w.source, "buckets": [b.model_dump() for b in w.buckets],
+                     "prefix": w.prefix.model_dump() if w.prefix else None, "arrival": w.arrival.model_dump(),
+                     "cancellation": w.cancellation.model_dump(), "seed": w.seed, "requests": len(job.requests)},
+        "target": job.target.url, "model": job.target.model, "api": job.target.api,
+        "engine_version": manifest_mod.engine_version(job.target.url),
+        "load_generator_machine": manifest_mod.machine(),
+        "warmup_s": job.warmup_s, "metric_definitions": DEFINITIONS,
+        "generator_valid": summary.generator.valid, "generator_why_invalid": summary.generator.why_invalid,
+    }
+
+
+def export(result: Result, path: Path) -> None:
+    rows = pd.DataFrame([r.to_row() for r in result.run.records])
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        rows.to_json(path, orient="records", lines=True)
+    elif suffix == ".csv":
+        rows.to_csv(path, index=False)
+    elif suffix == ".parquet":
+        rows.to_parquet(path, index=False)
+    else:
+        raise ValueError(f"cannot export to {path.name}: use .jsonl, .csv or .parquet")

@@ -1,0 +1,97 @@
+"""The open-loop (and closed-loop) runner. Sends are scheduled against absolute deadlines from one
+start time, so sleep jitter never accumulates into drift; the lag of every send is recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from advisor.loadgen import client
+from advisor.loadgen.record import RequestRecord
+from advisor.workload.plan import PlannedRequest
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Run:
+    records: list[RequestRecord]
+    started_at: float  # unix time of t0
+    wall_s: float
+    planned_span_s: float | None  # open loop: the last scheduled send time
+    aborted: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Target:
+    url: str
+    model: str
+    api: str = "completions"
+    extra_body: dict | None = None
+    request_timeout_s: float = 300.0
+
+
+async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int, str], *,
+              concurrency: int | None = None, duration_s: float | None = None,
+              progress: Progress | None = None, should_abort: Callable[[], str | None] | None = None,
+              max_in_flight: int = 4096, transport: httpx.AsyncBaseTransport | None = None) -> Run:
+    """Send `requests` (open loop by their at_s, or closed loop with `concurrency` slots)."""
+    url = target.url.rstrip("/")
+    records = [RequestRecord(r.index, r.bucket, r.prompt_tokens, r.output_tokens, r.at_s,
+                             prefix_group=r.prefix_group) for r in requests]
+    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=min(max_in_flight, 256))
+    timeout = httpx.Timeout(target.request_timeout_s, connect=10.0)
+    done = 0
+    aborted: str | None = None
+    started_at = time.time()
+    t0 = time.perf_counter()
+
+    async def one(req: PlannedRequest, rec: RequestRecord) -> None:
+        nonlocal done
+        payload = client.body(target.api, target.model, prompts[req.index], req.output_tokens, target.extra_body)
+        await client.send(http, url, target.api, payload, rec, t0, req.cancel_after_tokens)
+        done += 1
+        if progress:
+            progress(done, len(requests))
+
+    def over() -> bool:
+        nonlocal aborted
+        if aborted is None and should_abort is not None:
+            aborted = should_abort()
+        return aborted is not None or (duration_s is not None and time.perf_counter() - t0 >= duration_s)
+
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport) as http:
+        if concurrency:
+            queue = iter(zip(requests, records))
+
+            async def worker() -> None:
+                for req, rec in queue:
+                    if over():
+                        return
+                    rec.scheduled_s = time.perf_counter() - t0
+                    await one(req, rec)
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        else:
+            tasks: set[asyncio.Task] = set()
+            sem = asyncio.Semaphore(max_in_flight)
+            for req, rec in zip(requests, records):
+                delay = t0 + req.at_s - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if over():
+                    break
+                await sem.acquire()
+                task = asyncio.create_task(one(req, rec))
+                tasks.add(task)
+                task.add_done_callback(lambda t: (tasks.discard(t), sem.release()))
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+    wall = time.perf_counter() - t0
+    span = None if concurrency else max((r.at_s for r in requests if r.at_s is not None), default=0.0)
+    return Run(records=records, started_at=started_at, wall_s=wall, planned_span_s=span, aborted=aborted)

@@ -1,0 +1,127 @@
+"""A workload: what to send and when. Buckets over prompt x output length, shared-prefix groups,
+an arrival process, cancellations, a length (duration or request count) and a seed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Bucket(_Strict):
+    """Requests whose prompt and output lengths (in the target's tokens) fall in these ranges."""
+
+    name: str | None = None
+    prompt_tokens: tuple[int, int] = Field(description="inclusive range; a single number means exactly that")
+    output_tokens: tuple[int, int]
+    weight: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ranges(cls, data):
+        if isinstance(data, dict):
+            for k in ("prompt_tokens", "output_tokens"):
+                if isinstance(data.get(k), int):
+                    data = {**data, k: (data[k], data[k])}
+        return data
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        for k in ("prompt_tokens", "output_tokens"):
+            lo, hi = getattr(self, k)
+            if lo < 1 or hi < lo:
+                raise ValueError(f"{k} must be 1 <= low <= high, got [{lo}, {hi}]")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        p, o = self.prompt_tokens, self.output_tokens
+        fmt = lambda r: f"{r[0]}" if r[0] == r[1] else f"{r[0]}-{r[1]}"  # noqa: E731
+        return f"p{fmt(p)}/o{fmt(o)}"
+
+
+class Prefix(_Strict):
+    """Shared-prefix groups: `share` of requests start with one of `groups` fixed prefixes."""
+
+    groups: int = Field(default=1, ge=1)
+    tokens: int = Field(ge=1, description="length of each shared prefix, in the target's tokens")
+    share: float = Field(ge=0, le=1, description="fraction of requests that carry a shared prefix")
+
+
+class Arrival(_Strict):
+    kind: Literal["constant", "poisson", "gamma", "concurrency"] = "poisson"
+    rate: float | None = Field(default=None, gt=0, description="requests per second (open loop)")
+    burstiness: float = Field(default=1.0, gt=0, description="gamma only: 1 = Poisson, <1 burstier, >1 smoother")
+    concurrency: int | None = Field(default=None, ge=1, description="closed loop: requests in flight")
+
+    @model_validator(mode="after")
+    def _needs(self):
+        if self.kind == "concurrency" and not self.concurrency:
+            raise ValueError("arrival kind 'concurrency' needs concurrency")
+        if self.kind != "concurrency" and not self.rate:
+            raise ValueError(f"arrival kind {self.kind!r} needs rate (requests per second)")
+        return self
+
+
+class Cancellation(_Strict):
+    rate: float = Field(default=0.0, ge=0, le=1, description="fraction of requests the client cancels")
+    after_tokens: tuple[int, int] = Field(default=(1, 8), description="cancel after this many streamed tokens")
+
+
+class Workload(_Strict):
+    name: str = "workload"
+    model: str | None = Field(default=None, description="served model name; default: the target's first model")
+    api: Literal["completions", "chat"] = "completions"
+    buckets: list[Bucket] = Field(min_length=1)
+    prefix: Prefix | None = None
+    arrival: Arrival
+    cancellation: Cancellation = Field(default_factory=Cancellation)
+    duration_s: float | None = Field(default=None, gt=0)
+    requests: int | None = Field(default=None, ge=1)
+    warmup_s: float = Field(default=0.0, ge=0, description="requests scheduled before this are excluded from metrics")
+    seed: int = 0
+    tokenizer: str | None = Field(default=None, description="used when the target has no /tokenize")
+    source: str = Field(default="by hand", description="where the shape came from: file, telemetry or trace")
+
+    @model_validator(mode="after")
+    def _length(self):
+        if self.duration_s is None and self.requests is None:
+            raise ValueError("give duration_s or requests")
+        if self.arrival.kind == "concurrency" and self.requests is None and self.duration_s is None:
+            raise ValueError("a closed-loop workload needs requests or duration_s")
+        if self.prefix:
+            shortest = min(b.prompt_tokens[0] for b in self.buckets)
+            if self.prefix.tokens >= shortest:
+                raise ValueError(f"prefix.tokens ({self.prefix.tokens}) must be shorter than the shortest prompt ({shortest})")
+        return self
+
+
+class WorkloadError(ValueError):
+    """A workload or trace file is malformed: the message names the file, line and field."""
+
+
+def load_workload(path: Path) -> Workload:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise WorkloadError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{path}: expected a mapping at the top level")
+    try:
+        return Workload.model_validate({"source": f"file {path.name}", **data})
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise WorkloadError(f"{path}: field {field}: {err['msg']}") from None
