@@ -1,7 +1,7 @@
-"""The advisor's store: diagnoses (and later experiments) in SQLite or PostgreSQL, schema by Alembic."""
+"""The advisor's store: diagnoses and load runs (and later experiments) in SQLite or PostgreSQL, schema by Alembic."""
 
 from advisor.store.connect import open_store
 from advisor.store.errors import StoreError
-from advisor.store.repository import DiagnosisSummary, FindingRecord, Store
+from advisor.store.repository import DiagnosisSummary, FindingRecord, LoadRun, LoadRunSummary, Store
 
-__all__ = ["DiagnosisSummary", "FindingRecord", "Store", "StoreError", "open_store"]
+__all__ = ["DiagnosisSummary", "FindingRecord", "LoadRun", "LoadRunSummary", "Store", "StoreError", "open_store"]

@@ -1,23 +1,34 @@
-"""Store: saves diagnoses and reads them back, as summaries, whole, or as a findings history."""
+"""Store: saves diagnoses and reads them back, as summaries, whole, or as a findings history;
+saves load runs with their per-request samples, and reads those back as pandas DataFrames or files."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 
 from advisor.diagnosis.model import Diagnosis, Finding
+from advisor.loadgen.metrics import Summary
 from advisor.store.errors import StoreError, one_line, redact
-from advisor.store.tables import DiagnosisRow, FindingRow
+from advisor.store.tables import ARMS, ERROR_CHARS, DiagnosisRow, FindingRow, LoadRunRow, RequestSampleRow
 from probes import Snapshot
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from advisor.loadgen.record import RequestRecord
+    from advisor.workload.spec import Workload
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,52 @@ class FindingRecord:
     top_check_mechanism: str | None
 
 
+@dataclass(frozen=True)
+class LoadRunSummary:
+    """One line of a load-runs listing; the documents come from Store.get_load_run(id)."""
+
+    id: int
+    created_at: datetime
+    target: str
+    model: str
+    workload_name: str
+    source: str
+    valid: bool
+    why_invalid: str | None
+    requests: int
+    ok: int
+    errors: int
+    wall_s: float
+    started_at: datetime
+    experiment_id: int | None
+    arm: str | None
+    block: int | None
+
+
+class LoadRun(NamedTuple):
+    """A saved load run's documents: the workload as sent, its Summary, and the free-form manifest."""
+
+    workload: dict[str, Any]
+    summary: Summary
+    manifest: dict[str, Any] | None
+
+
+# The columns of load_samples() and export_samples(), in request_samples' order, with their dtypes:
+# floats are NaN where None; prefix_group (Int64) and the strings (string) are pandas' nullable types.
+SAMPLE_DTYPES: dict[str, str] = {
+    "index": "int64", "bucket": "string", "status": "string", "prompt_tokens": "int64", "max_tokens": "int64",
+    "output_tokens": "int64", "scheduled_s": "float64", "sent_s": "float64", "ttft": "float64",
+    "tpot": "float64", "e2e": "float64", "lag": "float64", "chunks": "int64", "error": "string",
+    "prefix_group": "Int64",
+}
+SAMPLE_COLUMNS = tuple(SAMPLE_DTYPES)
+EXPORT_FORMATS = (".jsonl", ".csv", ".parquet")
+# Samples go to the database this many at a time (one executemany each), all in one transaction.
+SAMPLE_BATCH = 10_000
+
 _SUMMARY = [getattr(DiagnosisRow, f) for f in DiagnosisSummary.__dataclass_fields__]
+_RUN_SUMMARY = [getattr(LoadRunRow, f) for f in LoadRunSummary.__dataclass_fields__]
+_SAMPLES = [getattr(RequestSampleRow, c) for c in SAMPLE_COLUMNS]
 _HISTORY = [
     FindingRow.id.label("finding_id"), FindingRow.diagnosis_id, DiagnosisRow.created_at, DiagnosisRow.target,
     FindingRow.rule_id, FindingRow.severity, FindingRow.symptom, FindingRow.top_check_mechanism,
@@ -60,7 +116,7 @@ _HISTORY = [
 
 
 class Store:
-    """Diagnoses in a SQL database. Get one from open_store(); close() it when done."""
+    """Diagnoses and load runs in a SQL database. Get one from open_store(); close() it when done."""
 
     def __init__(self, engine: Engine, url: str) -> None:
         self.engine = engine
@@ -114,6 +170,85 @@ class Store:
         with self._guard("read the findings history"), self._sessions() as session:
             return [FindingRecord(**row._mapping) for row in session.execute(query)]
 
+    def save_load_run(self, workload: Workload, summary: Summary, records: Sequence[RequestRecord], target: str,
+                      model: str, started_at: datetime, wall_s: float, manifest: dict[str, Any] | None = None,
+                      experiment_id: int | None = None, arm: str | None = None, block: int | None = None) -> int:
+        """Write the run and all its request samples in one transaction; returns the new run id.
+
+        `started_at` is when the run began (a naive datetime is taken as UTC). `experiment_id`,
+        `arm` ('baseline' or 'candidate') and `block` place the run in an A/B experiment.
+        Samples go in by bulk executemany, so that tens of thousands take seconds, not minutes.
+        """
+        if arm is not None and arm not in ARMS:
+            raise ValueError(f"arm must be one of {', '.join(ARMS)} or None, got {arm!r}")
+        with self._guard("save the load run"), self._sessions.begin() as session:
+            row = load_run_row(workload, summary, target, model, started_at, wall_s, manifest,
+                               experiment_id, arm, block)
+            session.add(row)
+            session.flush()  # the run is inserted first: a failing sample must undo it
+            samples = iter(records)
+            while batch := [sample_row(row.id, record) for record in islice(samples, SAMPLE_BATCH)]:
+                # Core insert of a list: one executemany, no ORM objects per sample.
+                session.execute(insert(RequestSampleRow.__table__), batch)
+            return row.id
+
+    def list_load_runs(self, target: str | None = None, limit: int = 50,
+                       experiment_id: int | None = None) -> list[LoadRunSummary]:
+        """Newest first, optionally of one target or one experiment."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        query = select(*_RUN_SUMMARY).order_by(LoadRunRow.created_at.desc(), LoadRunRow.id.desc()).limit(limit)
+        if target is not None:
+            query = query.where(LoadRunRow.target == target)
+        if experiment_id is not None:
+            query = query.where(LoadRunRow.experiment_id == experiment_id)
+        with self._guard("list load runs"), self._sessions() as session:
+            return [LoadRunSummary(**row._mapping) for row in session.execute(query)]
+
+    def get_load_run(self, run_id: int) -> LoadRun:
+        """The run's workload (as a dict), Summary and manifest; unpacks as a 3-tuple."""
+        query = select(LoadRunRow.workload, LoadRunRow.summary, LoadRunRow.manifest).where(LoadRunRow.id == run_id)
+        with self._guard(f"read load run {run_id}"), self._sessions() as session:
+            found = session.execute(query).first()
+        if found is None:
+            raise StoreError(f"no load run {run_id} in the store at {self.url}")
+        workload, summary, manifest = found
+        try:
+            return LoadRun(workload, Summary.model_validate(summary), manifest)
+        except ValidationError as exc:
+            raise StoreError(f"load run {run_id} does not read as a Summary: "
+                             f"{one_line(exc)} ({exc.error_count()} errors)") from exc
+
+    def load_samples(self, run_id: int) -> pd.DataFrame:
+        """The run's request samples, one row per request in index order, columns SAMPLE_COLUMNS."""
+        return _frame(self._sample_rows(run_id))
+
+    def export_samples(self, run_id: int, path: str | Path) -> int:
+        """Write the run's samples to `path` as JSON lines, CSV or Parquet, by its extension
+        (.jsonl, .csv, .parquet); returns the number of samples written."""
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in EXPORT_FORMATS:
+            raise StoreError(f"cannot export samples to {path}: unknown extension {suffix or '(none)'!r}; "
+                             f"use one of {', '.join(EXPORT_FORMATS)}")
+        rows = self._sample_rows(run_id)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if suffix == ".jsonl":
+                # By hand, not DataFrame.to_json: that rounds floats to 10 significant digits.
+                with path.open("w", encoding="utf-8") as out:
+                    for row in rows:
+                        out.write(json.dumps(dict(zip(SAMPLE_COLUMNS, row)), ensure_ascii=False) + "\n")
+            elif suffix == ".csv":
+                _frame(rows).to_csv(path, index=False)
+            else:
+                _frame(rows).to_parquet(path, index=False)
+        except OSError as exc:
+            raise StoreError(f"cannot write samples to {path}: {exc.strerror or one_line(exc)}") from exc
+        except ImportError as exc:
+            raise StoreError(f"cannot write Parquet to {path}: {one_line(exc)} (install pyarrow)") from exc
+        return len(rows)
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -125,6 +260,14 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
+
+    def _sample_rows(self, run_id: int) -> list[tuple[Any, ...]]:
+        query = select(*_SAMPLES).where(RequestSampleRow.run_id == run_id).order_by(
+            RequestSampleRow.index, RequestSampleRow.id)
+        with self._guard(f"read the samples of load run {run_id}"), self._sessions() as session:
+            if session.get(LoadRunRow, run_id) is None:
+                raise StoreError(f"no load run {run_id} in the store at {self.url}")
+            return [tuple(row) for row in session.execute(query)]
 
     def _document(self, column: Any, diagnosis_id: int) -> Any:
         with self._guard(f"read diagnosis {diagnosis_id}"), self._sessions() as session:
@@ -180,6 +323,72 @@ def finding_row(diagnosis_id: int, finding: Finding) -> FindingRow:
         top_check_mechanism=top.mechanism if top else None,
         data=_document(finding),
     )
+
+
+def load_run_row(workload: Workload, summary: Summary, target: str, model: str, started_at: datetime,
+                 wall_s: float, manifest: dict[str, Any] | None, experiment_id: int | None, arm: str | None,
+                 block: int | None) -> LoadRunRow:
+    overall, generator = summary.overall, summary.generator
+    return LoadRunRow(
+        created_at=datetime.now(timezone.utc),
+        target=target,
+        model=model,
+        workload_name=workload.name,
+        source=workload.source,
+        valid=generator.valid,
+        why_invalid=generator.why_invalid,
+        requests=overall.requests,
+        ok=overall.ok,
+        errors=overall.errors,
+        wall_s=wall_s,
+        started_at=started_at,
+        workload=_document(workload),
+        summary=_document(summary),
+        manifest=None if manifest is None else _plain(manifest),
+        experiment_id=experiment_id,
+        arm=arm,
+        block=block,
+    )
+
+
+def sample_row(run_id: int, record: RequestRecord) -> dict[str, Any]:
+    """RequestRecord.to_row() as request_samples stores it, without to_row's copy of every chunk time."""
+    error = record.error
+    return {
+        "run_id": run_id, "index": record.index, "bucket": record.bucket, "status": record.status,
+        "prompt_tokens": record.prompt_tokens, "max_tokens": record.max_tokens,
+        "output_tokens": record.output_tokens, "scheduled_s": _num(record.scheduled_s),
+        "sent_s": _num(record.sent_s), "ttft": _num(record.ttft), "tpot": _num(record.tpot),
+        "e2e": _num(record.e2e), "lag": _num(record.lag), "chunks": len(record.chunk_s),
+        "error": None if error is None else error[:ERROR_CHARS], "prefix_group": record.prefix_group,
+    }
+
+
+def _num(value: float | None) -> float | None:
+    # NaN means "no value": stored as NULL on every backend (SQLite would anyway, PostgreSQL would not).
+    return None if value is None or value != value else value
+
+
+def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    import pandas as pd  # here, not at the top: opening the store for a diagnosis need not load pandas
+
+    frame = pd.DataFrame.from_records(rows, columns=list(SAMPLE_COLUMNS))
+    return frame.astype(SAMPLE_DTYPES)
+
+
+def _plain(value: Any) -> Any:
+    """A free-form document as plain JSON: NaN/Inf as null, anything else json cannot write as its str()."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if isinstance(value, BaseModel):
+        return _document(value)
+    return str(value)
 
 
 def _document(model: BaseModel) -> dict[str, Any]:

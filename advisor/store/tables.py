@@ -1,8 +1,8 @@
 """The store's tables as typed SQLAlchemy models.
 
 Schema changes go through a new migration in migrations/versions/ (never create_all): the
-migrations are what real databases run. Later tables (experiments, load runs) join here with
-their own migration.
+migrations are what real databases run. Later tables (experiments) join here with their own
+migration.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, MetaData
+from sqlalchemy import JSON, CheckConstraint, DateTime, Float, ForeignKey, MetaData, String
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -102,3 +102,69 @@ class FindingRow(Base):
     data: Mapped[dict[str, Any]]
 
     diagnosis: Mapped[DiagnosisRow] = relationship(back_populates="findings")
+
+
+# The arms of an A/B experiment; a load run outside any experiment has no arm.
+ARMS = ("baseline", "candidate")
+# Longer client error messages are cut to this many characters (VARCHAR on PostgreSQL).
+ERROR_CHARS = 500
+
+
+class LoadRunRow(Base):
+    """One run of the load generator: what was sent (workload), what came back (summary), and its
+    per-request samples. Runs of an A/B experiment carry its id, their arm and their block."""
+
+    __tablename__ = "load_runs"
+    __table_args__ = (CheckConstraint("arm IN ('baseline', 'candidate')", name="arm"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    target: Mapped[str] = mapped_column(index=True)
+    model: Mapped[str]
+    workload_name: Mapped[str]
+    source: Mapped[str]  # where the workload came from: a file, telemetry, a trace, by hand
+    valid: Mapped[bool]
+    why_invalid: Mapped[str | None]
+    requests: Mapped[int]
+    ok: Mapped[int]
+    errors: Mapped[int]
+    wall_s: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[datetime]
+    workload: Mapped[dict[str, Any]]
+    summary: Mapped[dict[str, Any]]
+    manifest: Mapped[dict[str, Any] | None]
+    # No foreign key yet: the experiments table comes with its own migration.
+    experiment_id: Mapped[int | None] = mapped_column(index=True)
+    arm: Mapped[str | None]
+    block: Mapped[int | None]
+
+    samples: Mapped[list[RequestSampleRow]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", passive_deletes=True, order_by="RequestSampleRow.index"
+    )
+
+
+class RequestSampleRow(Base):
+    """One request of a load run, as RequestRecord.to_row() flattens it (less the raw timestamps).
+    Times are seconds from the run's start; ttft/tpot/e2e/lag are None where they do not apply."""
+
+    __tablename__ = "request_samples"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("load_runs.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int]
+    bucket: Mapped[str]
+    status: Mapped[str]
+    prompt_tokens: Mapped[int]
+    max_tokens: Mapped[int]
+    output_tokens: Mapped[int]
+    scheduled_s: Mapped[float | None] = mapped_column(Float)
+    sent_s: Mapped[float | None] = mapped_column(Float)
+    ttft: Mapped[float | None] = mapped_column(Float)
+    tpot: Mapped[float | None] = mapped_column(Float)
+    e2e: Mapped[float | None] = mapped_column(Float)
+    lag: Mapped[float | None] = mapped_column(Float)
+    chunks: Mapped[int]
+    error: Mapped[str | None] = mapped_column(String(ERROR_CHARS))
+    prefix_group: Mapped[int | None]
+
+    run: Mapped[LoadRunRow] = relationship(back_populates="samples")

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pandas as pd
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -23,8 +24,10 @@ from sqlalchemy.orm import Session
 import advisor.store.repository as repository
 from advisor.diagnosis.model import Check, Diagnosis, Evidence, Finding
 from advisor.store import StoreError, open_store
-from advisor.store.tables import Base, DiagnosisRow, FindingRow
+from advisor.store.repository import SAMPLE_COLUMNS
+from advisor.store.tables import Base, DiagnosisRow, FindingRow, LoadRunRow, RequestSampleRow
 from probes import EngineInfo, Signal, Snapshot
+from tests.unit.test_store_load_runs import STARTED, expected_frame, make_records, make_summary, make_workload
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -180,7 +183,9 @@ def test_schema_and_idempotent_open(pg_url):
     with open_store(pg_url) as store:
         assert store.get_diagnosis(ident).target == "http://127.0.0.1:8000"
         inspector = inspect(store.engine)
-        assert set(inspector.get_table_names()) == {"diagnoses", "findings", "advisor_alembic_version"}
+        assert set(inspector.get_table_names()) == {
+            "diagnoses", "findings", "load_runs", "request_samples", "advisor_alembic_version"}
+        assert [c["name"] for c in inspector.get_check_constraints("load_runs")] == ["ck_load_runs_arm"]
         assert inspector.get_columns("diagnoses")[-1]["type"].__class__.__name__ == "JSONB"
         with store.engine.connect() as conn:
             opts = {"version_table": "advisor_alembic_version", "compare_type": True}
@@ -210,3 +215,57 @@ def test_failed_finding_insert_leaves_nothing(pg_url, monkeypatch):
 def test_missing_database_is_a_store_error(pg_cluster):
     with pytest.raises(StoreError, match="cannot open the store at postgresql"):
         open_store(pg_cluster.url("no_such_database"))
+
+
+def test_load_run_round_trip(pg_url, tmp_path):
+    records = make_records(400)
+    workload, summary = make_workload(), make_summary(records)
+    manifest = {"engine": {"kind": "vllm", "version": "0.32.0"}, "nan": float("nan"), "note": "ü ✓"}
+    with open_store(pg_url) as store:
+        ident = store.save_load_run(workload, summary, records, target="http://127.0.0.1:8000", model="tiny-llama",
+                                    started_at=STARTED, wall_s=21.5, manifest=manifest,
+                                    experiment_id=3, arm="candidate", block=1)
+        got_workload, got_summary, got_manifest = store.get_load_run(ident)
+        assert got_workload == workload.model_dump(mode="json")
+        assert got_summary == summary
+        assert got_manifest == {"engine": {"kind": "vllm", "version": "0.32.0"}, "nan": None, "note": "ü ✓"}
+        [run] = store.list_load_runs(target="http://127.0.0.1:8000")
+        assert (run.id, run.started_at, run.wall_s, run.workload_name, run.source) == (
+            ident, STARTED, 21.5, "chat-mix", "file chat-mix.yaml")
+        assert (run.requests, run.ok, run.errors, run.valid) == (
+            summary.overall.requests, summary.overall.ok, summary.overall.errors, summary.generator.valid)
+        assert (run.experiment_id, run.arm, run.block) == (3, "candidate", 1)
+        assert run.created_at.tzinfo is not None
+        assert store.list_load_runs(experiment_id=4) == []
+
+        samples = store.load_samples(ident)
+        pd.testing.assert_frame_equal(samples, expected_frame(records))
+        for ext, read in ((".parquet", pd.read_parquet), (".csv", pd.read_csv),
+                          (".jsonl", lambda p: pd.read_json(p, lines=True, dtype=False))):
+            path = tmp_path / f"samples{ext}"
+            assert store.export_samples(ident, path) == 400
+            back = read(path)
+            assert list(back.columns) == list(SAMPLE_COLUMNS)
+            pd.testing.assert_frame_equal(back.astype(samples.dtypes.to_dict()), samples)
+
+
+def test_failed_sample_insert_leaves_no_run(pg_url, monkeypatch):
+    real = repository.sample_row
+
+    def one_breaks(run_id, record):
+        row = real(run_id, record)
+        if record.index == 250:
+            row["status"] = None  # NOT NULL: refused by the server after the run and 2 batches went in
+        return row
+
+    monkeypatch.setattr(repository, "SAMPLE_BATCH", 100)
+    monkeypatch.setattr(repository, "sample_row", one_breaks)
+    records = make_records(300)
+    with open_store(pg_url) as store:
+        with pytest.raises(StoreError, match="cannot save the load run") as info:
+            store.save_load_run(make_workload(), make_summary(records), records, target="t", model="m",
+                                started_at=STARTED, wall_s=1.0)
+        assert "\n" not in str(info.value)
+        with Session(store.engine) as s:
+            assert s.scalar(select(func.count()).select_from(LoadRunRow)) == 0
+            assert s.scalar(select(func.count()).select_from(RequestSampleRow)) == 0
