@@ -26,6 +26,8 @@ def diagnose(
     rules_config: Annotated[Optional[Path], typer.Option("--rules-config", help="YAML of per-rule overrides: {ADV001: {params: {...}, severity: {thresholds: {...}}, enabled: false}}.")] = None,
     output: Annotated[ReportFormat, typer.Option("--output", "-o", help="text for people, json for machines, markdown for tickets.")] = ReportFormat.text,
     save: Annotated[bool, typer.Option("--save", help="Record this diagnosis in the store (ADVISOR_DB_URL, default SQLite in the data dir) for the dashboard and weekly report.")] = False,
+    deployment: Annotated[Optional[Path], typer.Option("--deployment", help="Deployment YAML of the diagnosed target: needed by --experiment, and its flags are the configuration the checks consider.")] = None,
+    experiments: Annotated[int, typer.Option("--experiment", help="Run A/B experiments for the top N testable checks and put their verdicts into the diagnosis (needs --deployment).")] = 0,
 ) -> None:
     """Recognise the deployment's symptoms and rank the checks the optimisation map prescribes.
 
@@ -43,7 +45,21 @@ def diagnose(
     snap = take_snapshot(prom_url, url, window, model, at, engine)
     if not any(s.present for s in snap.signals.values()):
         raise fail(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
+    if experiments and not deployment:
+        raise fail("--experiment needs --deployment (how to launch the candidate)")
+    dep = None
+    if deployment:
+        from advisor.experiments.deployment import DeploymentError, load_deployment
+
+        try:
+            dep = load_deployment(deployment)
+        except DeploymentError as e:
+            raise fail(str(e)) from None
     result = run_diagnosis(snap, rules, slo_spec)
+    if experiments:
+        from advisor.experiments.checks import verify_top_checks
+
+        verify_top_checks(result, dep, experiments, say=lambda m: err.print(f"[dim]{m}[/]", highlight=False))
     if save:
         from advisor.store import StoreError, open_store
 

@@ -31,6 +31,17 @@ def render(d: Diagnosis, console: Console) -> None:
             t.add_row(str(c.rank), f"{c.title}{flags}\n[dim]{c.rule_id}/{c.id}; look at {c.look_at}[/]",
                       c.mechanism, f"{c.score:.2f}", f"[dim]{c.reason}[/]")
         console.print(t)
+        for c in d.checks:
+            if c.verdict and "verdict" in c.verdict:
+                v = c.verdict
+                ci = f"[{v['ci'][0]:.2f}, {v['ci'][1]:.2f}]" if v.get("ci") else "-"
+                ratio = f"{v['ratio']:.2f}" if v.get("ratio") is not None else "-"
+                console.print(f"\n[bold]Experiment for check #{c.rank}[/] ({c.mechanism} -> {v['value']}): "
+                              f"[bold]{v['verdict'].upper()}[/] on {v['primary_metric']}, candidate/baseline {ratio}, "
+                              f"95% CI {ci}; {v['status']}, baseline restored: {v['baseline_restored']}  [dim]{v['experiment']}[/]",
+                              highlight=False)
+            elif c.verdict and "skipped" in c.verdict and c.rank <= 3:
+                console.print(f"[dim]check #{c.rank} not tested: {c.verdict['skipped']}[/]", highlight=False)
     if d.not_evaluated:
         console.print("\n[dim]Not evaluated (a signal it needs is missing):[/]")
         for n in d.not_evaluated:
