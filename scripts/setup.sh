@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian machine (run as root): Prometheus, the advisor's venv at
+# .venv, and the CPU vLLM engine with its tiny model (scripts/setup-engine.sh).
+# A second run only checks, in a few seconds.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+# pip repeats "WARNING: Location ... is ignored" for every package when a mirror is configured.
+# With pipefail the pipeline still fails when pip does.
+quiet_pip() { "$@" 2>&1 | { grep -v '^WARNING: Location .* is ignored' || true; }; }
+
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+  log "installing Debian's prometheus (~20 s)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+else
+  log "prometheus ok: $(command -v prometheus)"
+fi
+
+stamp=.venv/.pyproject.sha256
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing the advisor into .venv (pyproject.toml changed or venv missing)"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  quiet_pip .venv/bin/pip install -q --upgrade pip
+  quiet_pip .venv/bin/pip install -q -e '.[test]'
+  echo "$want" > "$stamp"
+else
+  log "advisor venv ok: .venv"
+fi
+
+bash scripts/setup-postgres.sh
+bash scripts/setup-engine.sh
