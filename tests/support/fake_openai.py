@@ -1,0 +1,108 @@
+"""A fake OpenAI-compatible streaming server for unit tests of our own logic (launchers, load
+generator error paths). Never a stand-in for the real engine in an e2e test.
+
+    python -m tests.support.fake_openai --port P [--tokens 8] [--delay 0.002] [--fail-after N]
+        [--cut-after N] [--status 500] [--max-num-seqs K]
+
+--fail-after N: requests after the Nth answer HTTP --status; --cut-after N: streams after the Nth
+are cut mid-response (the connection closes without [DONE]). Extra argv (e.g. knob flags) is
+accepted and echoed by GET /argv so tests can see which arm is serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--tokens", type=int, default=8)
+    p.add_argument("--delay", type=float, default=0.002)
+    p.add_argument("--fail-after", type=int, default=None)
+    p.add_argument("--cut-after", type=int, default=None)
+    p.add_argument("--status", type=int, default=500)
+    args, extra = p.parse_known_args(argv)
+    lock = threading.Lock()
+    count = {"n": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def _json(self, code, obj):
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path == "/health":
+                return self._json(200, {})
+            if self.path == "/argv":
+                return self._json(200, {"argv": extra})
+            if self.path == "/v1/models":
+                return self._json(200, {"data": [{"id": "fake", "max_model_len": 4096}]})
+            if self.path == "/version":
+                return self._json(200, {"version": "fake-0"})
+            return self._json(404, {"error": "not found"})
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path == "/tokenize":
+                n = len(str(body.get("prompt", "")).split())
+                return self._json(200, {"count": n, "tokens": list(range(n)), "max_model_len": 4096})
+            with lock:
+                count["n"] += 1
+                n = count["n"]
+            if args.fail_after is not None and n > args.fail_after:
+                return self._json(args.status, {"error": {"message": "overloaded", "code": args.status}})
+            tokens = int(body.get("max_tokens", args.tokens))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            cut = args.cut_after is not None and n > args.cut_after
+            for i in range(tokens):
+                if cut and i == tokens // 2:
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                time.sleep(args.delay)
+                key = "delta" if "messages" in body else "text"
+                choice = {"index": 0, key: {"content": "x"} if key == "delta" else "x"}
+                self._chunk({"choices": [choice]})
+            self._chunk({"choices": [], "usage": {"completion_tokens": tokens}})
+            self._send_raw(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")
+
+        def _chunk(self, obj):
+            self._send_raw(f"data: {json.dumps(obj)}\n\n".encode())
+
+        def _send_raw(self, data: bytes):
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

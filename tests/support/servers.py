@@ -1,0 +1,49 @@
+"""Start the fake OpenAI server as a real process on a free port (for unit tests of our logic)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fake_argv(port: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "tests.support.fake_openai", "--port", str(port), *extra]
+
+
+def wait_healthy(url: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"fake server at {url} never became healthy")
+
+
+@contextmanager
+def fake_server(*extra: str):
+    port = free_port()
+    proc = subprocess.Popen(fake_argv(port, *extra), cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)

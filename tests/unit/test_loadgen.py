@@ -1,0 +1,82 @@
+"""The load generator against a fake streaming server (a real process on loopback): timing records,
+and every bad answer recorded, counted, and nothing already measured lost."""
+
+import asyncio
+
+import pytest
+
+from advisor.loadgen.metrics import summarize
+from advisor.loadgen.runner import Target, run
+from advisor.workload.plan import plan
+from advisor.workload.spec import Workload
+from tests.support.servers import fake_server, free_port
+
+
+def workload(**kw) -> Workload:
+    spec = {"buckets": [{"prompt_tokens": 10, "output_tokens": 8}], "arrival": {"kind": "constant", "rate": 50},
+            "requests": 20, **kw}
+    return Workload.model_validate(spec)
+
+
+def go(url, w, **kw):
+    reqs = plan(w)
+    prompts = {r.index: "hello world" for r in reqs}
+    return asyncio.run(run(Target(url, "fake"), reqs, prompts, **kw))
+
+
+def test_records_every_chunk_and_metrics():
+    with fake_server("--delay", "0.003") as url:
+        r = go(url, workload())
+    s = summarize(r)
+    assert s.overall.ok == 20 and s.overall.errors == 0
+    rec = r.records[0]
+    assert rec.output_tokens == 8 and len(rec.chunk_s) == 8
+    assert rec.ttft > 0 and rec.tpot > 0 and rec.e2e >= rec.ttft
+    assert s.generator.valid and s.generator.planned_rate == pytest.approx(50, rel=0.01)
+
+
+def test_http_errors_mid_run_are_counted_and_earlier_results_kept():
+    with fake_server("--fail-after", "5", "--status", "503") as url:
+        r = go(url, workload())
+    s = summarize(r)
+    assert s.overall.ok == 5 and s.overall.errors == 15
+    assert all(x.error.startswith("HTTP 503") for x in r.records if x.status == "error")
+    assert s.errors_seen == {"HTTP 503": 15}
+
+
+def test_stream_cut_mid_response_is_an_error():
+    with fake_server("--cut-after", "3", "--tokens", "16") as url:
+        r = go(url, workload())
+    cut = [x for x in r.records if x.status == "error"]
+    assert len(cut) == 17 and r.records[0].status == "ok"
+    assert all(x.chunk_s for x in cut), "tokens received before the cut are kept"
+    assert all("timed out" not in x.error for x in cut), "a cut is seen at once, not at the timeout"
+
+
+def test_unreachable_target_every_request_an_error():
+    r = go(f"http://127.0.0.1:{free_port()}", workload(requests=5))
+    s = summarize(r)
+    assert s.overall.errors == 5 and s.overall.ok == 0
+    assert "ConnectError" in next(iter(s.errors_seen))
+
+
+def test_cancellation_closes_the_stream_after_k_tokens():
+    w = workload(cancellation={"rate": 1.0, "after_tokens": [2, 2]})
+    with fake_server("--tokens", "32", "--delay", "0.002") as url:
+        r = go(url, w)
+    assert all(x.status == "cancelled" and len(x.chunk_s) == 2 for x in r.records)
+
+
+def test_closed_loop_keeps_concurrency():
+    w = Workload.model_validate({"buckets": [{"prompt_tokens": 10, "output_tokens": 4}],
+                                 "arrival": {"kind": "concurrency", "concurrency": 3}, "requests": 12})
+    with fake_server() as url:
+        r = go(url, w, concurrency=3)
+    assert sum(x.status == "ok" for x in r.records) == 12
+
+
+def test_warmup_is_excluded():
+    with fake_server() as url:
+        r = go(url, workload(requests=40))
+    s = summarize(r, warmup_s=0.4)
+    assert s.overall.requests == sum(1 for x in r.records if x.scheduled_s >= 0.4) < 40
