@@ -66,7 +66,8 @@ def load(
                               model_lookup=_model_of)
     except (WorkloadError, execute.LoadError) as e:
         raise fail(str(e)) from None
-    err.print(f"[dim]{job.describe()}[/]", highlight=False)
+    if output is Output.json:
+        err.print(f"[dim]{job.describe()}[/]", highlight=False)
     result = asyncio.run(execute.run_with_progress(job, err))
     if result.summary.overall.requests == 0:
         raise fail(f"no request reached {target}: {next(iter(result.summary.errors_seen), 'nothing was sent')}")

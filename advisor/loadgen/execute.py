@@ -49,17 +49,18 @@ class Result:
     started_at: datetime
 
 
-def _workload(target: str, workload_file, from_prom, from_trace, window_s, timeout) -> tuple[Workload, list[PlannedRequest] | None]:
+def _workload(workload_file, from_prom, from_trace, window_s):
+    """(workload, the trace's own requests for an exact replay, the trace's prefix lengths)."""
     if workload_file:
-        return load_workload(workload_file), None
+        return load_workload(workload_file), None, None
     if from_prom:
         from advisor.workload.telemetry import workload_from_prometheus
 
-        return workload_from_prometheus(from_prom, window_s=window_s), None
+        return workload_from_prometheus(from_prom, window_s=window_s), None, None
     from advisor.workload.traces import load_trace, trace_requests, trace_to_workload
 
     trace = load_trace(from_trace)
-    return trace_to_workload(trace), trace_requests(trace)
+    return trace_to_workload(trace), trace_requests(trace), trace.prefix_lengths()
 
 
 def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | None = None,
@@ -67,7 +68,7 @@ def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | 
             concurrency: int | None = None, window_s: float = 3600, warmup_s: float | None = None,
             model: str | None = None, timeout: float = 10.0,
             model_lookup: Callable[[str, float], str] | None = None) -> Job:
-    w, replay = _workload(target, workload_file, from_prom, from_trace, window_s, timeout)
+    w, replay, prefix_lengths = _workload(workload_file, from_prom, from_trace, window_s)
     changes: dict = {}
     if duration_s:
         changes["duration_s"] = duration_s
@@ -92,7 +93,8 @@ def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | 
     from advisor.workload.prompts import PromptSizer
 
     sizer = PromptSizer.for_target(target, served, tokenizer=w.tokenizer, timeout=timeout)
-    prompts = sizer.prompts_for(requests, w)
+    exact = replay is not None and requests is not None and prefix_lengths
+    prompts = sizer.prompts_for(requests, w, prefix_tokens=prefix_lengths if exact else None)
     return Job(workload=w, requests=requests, prompts=prompts, target=Target(url=target, model=served, api=w.api),
                warmup_s=w.warmup_s, concurrency=w.arrival.concurrency if w.arrival.kind == "concurrency" else None,
                duration_s=w.duration_s)

@@ -58,7 +58,7 @@ def plan(w: Workload) -> list[PlannedRequest]:
         p = rng.randint(*b.prompt_tokens)
         o = rng.randint(*b.output_tokens)
         group = None
-        if w.prefix and rng.random() < w.prefix.share:
+        if w.prefix and rng.random() < w.prefix.share and p > w.prefix.tokens:
             group = rng.randrange(w.prefix.groups)
         cancel = None
         if w.cancellation.rate and rng.random() < w.cancellation.rate:

@@ -98,9 +98,10 @@ class Workload(_Strict):
         if self.arrival.kind == "concurrency" and self.requests is None and self.duration_s is None:
             raise ValueError("a closed-loop workload needs requests or duration_s")
         if self.prefix:
-            shortest = min(b.prompt_tokens[0] for b in self.buckets)
-            if self.prefix.tokens >= shortest:
-                raise ValueError(f"prefix.tokens ({self.prefix.tokens}) must be shorter than the shortest prompt ({shortest})")
+            # Only prompts longer than the prefix can carry it (plan() gives them their group).
+            longest = max(b.prompt_tokens[1] for b in self.buckets)
+            if self.prefix.tokens >= longest:
+                raise ValueError(f"prefix.tokens ({self.prefix.tokens}) must be shorter than the longest prompt ({longest})")
         return self
 
 
@@ -123,5 +124,27 @@ def load_workload(path: Path) -> Workload:
         return Workload.model_validate({"source": f"file {path.name}", **data})
     except ValidationError as e:
         err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise WorkloadError(f"{path}: field {field}: {err['msg']}") from None
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "tuple[")))]
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        line = _line_of(path.read_text(), loc)
+        raise WorkloadError(f"{path}:{f' line {line}:' if line else ''} field {field}: {err['msg']}") from None
+
+
+def _line_of(text: str, loc: list) -> int | None:
+    """The 1-based line of the YAML node at loc (the deepest that exists)."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = node.start_mark.line + 1 if node else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == str(key)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            match = node.value[key]
+        else:
+            match = None
+        if match is None:
+            break
+        node, line = match, match.start_mark.line + 1
+    return line

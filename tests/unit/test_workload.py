@@ -3,6 +3,7 @@
 Statistical checks run on fixed seeds, so they are deterministic; their thresholds are the ones a
 fresh seed would pass with the stated probability (KS and chi-square at alpha 0.01, 3 sigma)."""
 
+import re
 import math
 import statistics
 from collections import Counter
@@ -62,7 +63,15 @@ def test_invalid_fields_are_named(tmp_path, text, field):
     path.write_text(text)
     with pytest.raises(WorkloadError) as e:
         load_workload(path)
-    assert f"{path}: field {field}" in str(e.value)
+    assert re.search(rf"{re.escape(str(path))}: line \d+: field {re.escape(field)}:", str(e.value)), str(e.value)
+
+
+def test_field_error_names_its_line(tmp_path):
+    path = tmp_path / "w.yaml"
+    path.write_text("name: x\nbuckets:\n  - prompt_tokens: [100, 200]\n    output_tokens: 16\n"
+                    "arrival:\n  kind: poisson\n  rate: -3\nrequests: 10\n")
+    with pytest.raises(WorkloadError, match=r"w.yaml: line 7: field arrival.rate"):
+        load_workload(path)
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path):
