@@ -7,6 +7,8 @@ promtool's eval_time), diagnosed with the default SLOs, and judged against its `
 
 from __future__ import annotations
 
+import io
+import math
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,8 +17,7 @@ import pytest
 
 from advisor.diagnosis import SLO, diagnose, load_rules
 from advisor.localstack import LocalPrometheus, backfill
-from probes import probe_prometheus
-from probes import _delta
+from probes import _delta, probe_prometheus
 from probes.catalog import dialects
 from probes.exposition import parse
 from tests.scenarios import generate as gen
@@ -37,9 +38,10 @@ def served(tmp_path_factory):
         if path.stem not in live:
             scn = gen.load(path)
             families = gen.build(scn)
+            text = io.StringIO()
+            gen.write(families, scn.timestamps, text)
             data = tmp_path_factory.mktemp(path.stem) / "data"
-            text = _render(families, scn)
-            backfill(text, data)
+            backfill(text.getvalue(), data)
             prom = LocalPrometheus([], data_dir=data).start()
             live[path.stem] = (scn, families, prom)
         return live[path.stem]
@@ -47,14 +49,6 @@ def served(tmp_path_factory):
     yield get
     for _, _, prom in live.values():
         prom.stop()
-
-
-def _render(families, scn) -> str:
-    import io
-
-    buf = io.StringIO()
-    gen.write(families, scn.timestamps, buf)
-    return buf.getvalue()
 
 
 def _at(ts: float) -> datetime:
@@ -69,7 +63,11 @@ def _summary(diag) -> str:
     return "\n".join(lines)
 
 
+EXPECT_KEYS = {"healthy", "rule", "also", "top", "order"}
+
+
 def _judge(diag, expect: dict, absent: list[str], where: str) -> None:
+    assert set(expect) <= EXPECT_KEYS, f"{where}: unknown expect keys {set(expect) - EXPECT_KEYS}"
     fired = {f.rule_id for f in diag.findings}
     info = f"{where}\n{_summary(diag)}"
     if expect.get("healthy"):
@@ -151,3 +149,21 @@ def test_prometheus_and_scrape_math_agree(served):
     for name in compared:
         assert got[name] == pytest.approx(scraped[name].value, rel=EXACT, abs=EXACT), name
     assert not [n for n, s in scraped.items() if (s.value is None) != (got.get(n) is None)]
+
+
+def test_expanding_notation_is_promtools():
+    assert gen.expand("1+1x3", 4).tolist() == [1, 2, 3, 4]
+    assert gen.expand("5x2 7", 5).tolist() == [5, 5, 5, 7, 7]  # axN is N+1 values; the last one holds
+    got = gen.expand("_x2 3 -1-2x1", 5).tolist()
+    assert [math.isnan(v) for v in got[:2]] == [True, True] and got[2:] == [3, -1, -3]
+
+
+@pytest.mark.parametrize("series, message", [
+    ({"gauge": "x", "values": "1 two"}, "bad value token 'two'"),
+    ({"histogram": "made_up_seconds", "per_step": 1, "value": 1}, "no known buckets"),
+    ({"gpu": "DCGM_FI_DEV_GPU_UTIL", "values": 1}, "need a `gpus:` list"),
+    ({"gauge": "x", "counter": "y"}, "exactly one of"),
+])
+def test_bad_scenarios_are_named(series, message):
+    with pytest.raises(gen.ScenarioError, match=re.escape(message)):
+        gen.build(gen.parse({"duration": "1m", "series": [series]}, end=1_800_000_000))

@@ -7,7 +7,7 @@ over a stretch of history; the test backfills it into a real Prometheus and diag
     interval: 15s            # sample spacing; `per_step` below is per interval
     duration: 30m            # history ending at `end`
     end: 1796000000          # optional, unix seconds; default: now rounded down to the interval,
-                             # minus 5 minutes, so the data sits in a past block
+                             # minus 5 minutes, so every sample is in the past
     history:                 # optional instead of interval/duration, oldest first: coarse days,
       - {interval: 5m, duration: 7d}     # then fine recent samples (per_step still counts
       - {interval: 15s, duration: 1h}    # per `interval`, so rates stay constant)
@@ -15,8 +15,8 @@ over a stretch of history; the test backfills it into a real Prometheus and diag
     labels: {job: vllm, engine: "0", model_name: tiny-llama}   # on every engine series (default)
     replicas:                # label sets; engine series are generated once per replica
       - {instance: "10.0.0.1:8000", pod: vllm-0}
-      - {instance: "10.0.0.2:8000", pod: vllm-1, traffic: 5}   # x5 every counter/histogram step
-    # or: replicas: {count: 64, traffic: 1}
+      - {instance: "10.0.0.2:8000", pod: vllm-1, traffic: 5}   # x5 every counter/histogram step;
+    # or: replicas: {count: 64}                                # notation too: "1.45x60 5"
     gpus:                    # DCGM label sets: a group {count, Hostname} or explicit {gpu, UUID, Hostname}
       - {count: 4, Hostname: node-0}
     series:
@@ -38,6 +38,8 @@ over a stretch of history; the test backfills it into a real Prometheus and diag
 A sequence shorter than the history holds its last value. Histogram buckets are vLLM's own,
 taken from the real capture (tests/fixtures/vllm-0.32.0-cpu); `buckets: [...]` overrides.
 Entries with the same metric and labels add up (two traffic classes in one histogram).
+`extends: healthy.yaml` starts from another scenario: its history, labels, replicas, GPUs and
+series, where an entry of this file with the same kind, metric and labels replaces the base's.
 Every other key in a scenario file (expect, absent, evals) belongs to the test, not to this module.
 
 Run as a script to print the text: python tests/scenarios/generate.py SCENARIO.yaml
@@ -369,7 +371,10 @@ def _labelstr(labels: dict) -> str:
 
 def write(families: list[Family], stamps: np.ndarray, out: TextIO, t_from: float = -math.inf,
           t_to: float = math.inf, eof: bool = True) -> int:
-    """OpenMetrics lines for the samples with t_from <= t < t_to; returns how many samples."""
+    """OpenMetrics lines for the samples with t_from <= t < t_to; returns how many samples.
+
+    Series by series, each one's samples in time order: promtool needs no more than that, and
+    it keeps the writer fast enough for weeks of history of many replicas."""
     sel = np.nonzero((stamps >= t_from) & (stamps < t_to))[0]
     ts = [str(int(t)) for t in stamps[sel]]
     written = 0
@@ -377,17 +382,17 @@ def write(families: list[Family], stamps: np.ndarray, out: TextIO, t_from: float
         out.write(f"# TYPE {fam.name} {fam.type}\n")
         for key in sorted(fam.series):
             s = fam.series[key]
-            prefixes = [f"{fam.name}{c.suffix}{{{_labelstr({**s.labels, **c.extra})}}} " for c in s.columns]
-            vals = [c.values[sel].tolist() for c in s.columns]
-            lines = []
-            for j, t in enumerate(ts):
-                if math.isnan(vals[-1][j]):  # a gap: the whole point is absent
-                    continue
-                lines.extend(f"{p}{v[j]!r} {t}" for p, v in zip(prefixes, vals))
-            if lines:
-                out.write("\n".join(lines))
-                out.write("\n")
-                written += len(lines)
+            for c in s.columns:
+                p = f"{fam.name}{c.suffix}{{{_labelstr({**s.labels, **c.extra})}}} "
+                vals = c.values[sel]
+                keep = ~np.isnan(vals)
+                pairs = zip(vals.tolist(), ts) if keep.all() else \
+                    ((v, t) for v, t, k in zip(vals.tolist(), ts, keep.tolist()) if k)
+                lines = [f"{p}{v!r} {t}" for v, t in pairs]
+                if lines:
+                    out.write("\n".join(lines))
+                    out.write("\n")
+                    written += len(lines)
     if eof:
         out.write("# EOF\n")
     return written
