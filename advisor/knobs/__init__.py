@@ -1,0 +1,60 @@
+"""The knob catalog: the single mechanisms an experiment may change, as data (catalog.yaml) plus a
+little code that validates a value, renders it to an engine's flags and environment, applies it to a
+baseline argv, reads it back from one, and tells from an engine's revealed configuration whether a
+knob is already in its candidate state.
+
+    render("max_num_seqs", "vllm", 8)                  -> Rendered(args=["--max-num-seqs", "8"], env={}, replicas=None)
+    apply(base_args, "prefix_caching", "vllm", False)  -> (argv with --no-enable-prefix-caching, {})
+    current_value(base_args, "max_num_seqs", "vllm")   -> 2, or None for the engine's default
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advisor.knobs import revealed as _revealed
+from advisor.knobs.loader import CatalogError, load_catalog
+from advisor.knobs.model import CLIENT_METRICS, ENGINES, EngineSpec, Knob, KnobError, Readout, Rendered, ValueSpec
+from advisor.knobs.render import Catalog
+from advisor.knobs.values import validate as _validate
+
+_KNOBS, ENGINE_INFO = load_catalog()
+KNOBS: dict[str, Knob] = _KNOBS
+_CATALOG = Catalog(KNOBS, ENGINE_INFO)
+
+
+def validate(mechanism: str, value: Any) -> Any:
+    """The canonical value of `value` for `mechanism`, or KnobError."""
+    return _validate(_CATALOG.knob(mechanism), value)
+
+
+def render(mechanism: str, engine: str, value: Any) -> Rendered:
+    """The argv elements, environment and replica count that `value` becomes on `engine`."""
+    return _CATALOG.render(mechanism, engine, value)
+
+
+def apply(base_args: list[str], mechanism: str, engine: str, value: Any) -> tuple[list[str], dict[str, str]]:
+    """(candidate argv, environment to set): the baseline argv without any spelling of the knob's flags,
+    with the rendered candidate flags appended; every other argument untouched and in order."""
+    return _CATALOG.apply(base_args, mechanism, engine, value)
+
+
+def current_value(base_args: list[str], mechanism: str, engine: str) -> Any:
+    """The value the baseline argv sets for the knob, or None (the engine's default)."""
+    return _CATALOG.current_value(base_args, mechanism, engine)
+
+
+def supported(mechanism: str, engine: str) -> bool:
+    return _CATALOG.spec(mechanism, engine)[1].supported
+
+
+def already_candidate(mechanism: str, config: dict[str, str]) -> str | None:
+    """A sentence when the revealed configuration shows the knob already in its candidate state."""
+    return _revealed.already_candidate(KNOBS, mechanism, config)
+
+
+__all__ = [
+    "CLIENT_METRICS", "CatalogError", "ENGINES", "ENGINE_INFO", "EngineSpec", "KNOBS", "Knob", "KnobError",
+    "Readout", "Rendered", "ValueSpec", "already_candidate", "apply", "current_value", "render", "supported",
+    "validate",
+]

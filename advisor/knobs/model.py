@@ -1,0 +1,130 @@
+"""Typed knob catalog entries: what a knob is, which values it takes, what it reads, how it renders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ENGINES = ("vllm", "sglang", "tgi", "llamacpp")
+
+# The load generator's client-side metrics (advisor.loadgen.metrics) and the statistics each offers.
+DIST_STATISTICS = ("mean", "p50", "p90", "p95", "p99")
+CLIENT_METRICS: dict[str, tuple[str, ...]] = {
+    "ttft": DIST_STATISTICS, "tpot": DIST_STATISTICS, "itl": DIST_STATISTICS, "e2e": DIST_STATISTICS,
+    "goodput": ("per_s",),        # requests per second that met every SLO
+    "throughput": ("per_s",),     # requests per second that completed
+    "output_tokens": ("per_s",),  # generated tokens per second
+    "errors": ("ratio",),         # errored / sent
+}
+
+
+class KnobError(ValueError):
+    """A knob, value or engine is not allowed: the one-line message says which and what is."""
+
+
+@dataclass(frozen=True)
+class Readout:
+    metric: str      # a client-side metric of CLIENT_METRICS
+    statistic: str   # one of that metric's statistics
+    better: str      # "lower" or "higher"
+    signal: str | None = None  # the matching server-side signal of probes/signals.yaml, if any
+
+    def __iter__(self):  # (metric, statistic), as callers unpack a readout
+        return iter((self.metric, self.statistic))
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    type: str  # int | float | bool | choice | speculative
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def allowed(self) -> str:
+        """What is allowed, in words, for error messages."""
+        if self.type == "int":
+            return f"an integer from {_num(self.min)} to {_num(self.max)}"
+        if self.type == "float":
+            return f"a number from {_num(self.min)} to {_num(self.max)}"
+        if self.type == "bool":
+            return "true or false"
+        if self.type == "choice":
+            return "one of " + ", ".join(self.choices)
+        return ('"off" or a JSON object with num_speculative_tokens (1 to 64) and a method or a draft model, '
+                'e.g. {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}')
+
+
+@dataclass(frozen=True)
+class Rendering:
+    """What one value becomes on one engine."""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One key of a JSON-object value spread over its own flag (flag None: allowed, renders nothing)."""
+    flag: str | None = None
+    values: dict[str, str | None] | None = None  # allowed values and their engine spelling
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    engine: str
+    kind: str  # flag | renders | json | fields | env | deployment | unsupported
+    source: str
+    flags: tuple[str, ...] = ()                      # flag kind: the flag(s) a value renders to
+    values: dict[str, str | None] | None = None      # flag/env kind: our value -> engine text (None: nothing)
+    renders: dict[str, Rendering] = field(default_factory=dict)  # renders kind: our value (as text) -> rendering
+    json_flag: str | None = None
+    dotted: bool = False                             # json kind: --flag.key value forms exist
+    fields: dict[str, FieldSpec] = field(default_factory=dict)
+    env_name: str | None = None
+    replaces: tuple[str, ...] = ()                   # spellings that take a value
+    replaces_switches: tuple[str, ...] = ()          # spellings that take none
+    reason: str | None = None                        # unsupported kind: why
+
+    @property
+    def supported(self) -> bool:
+        return self.kind != "unsupported"
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    description: str
+    config_key: str | None = None      # where vLLM's cache_config_info reveals the current value
+    candidate_when: str | None = None  # the revealed value meaning "already in the candidate state"
+    layer: str = ""
+    map_row: str | None = None
+    value: ValueSpec = ValueSpec("bool")
+    primary: Readout | None = None
+    secondary: tuple[Readout, ...] = ()
+    watch: tuple[str, ...] = ()
+    fails_means: str = ""
+    changes_numerics: bool = False
+    engines: dict[str, EngineSpec] = field(default_factory=dict)
+
+    def __hash__(self) -> int:  # a knob is its name (the engines table is a dict)
+        return hash(self.name)
+
+    @property
+    def readouts(self) -> tuple[Readout, ...]:
+        return ((self.primary,) if self.primary else ()) + self.secondary
+
+    def engine(self, engine: str) -> EngineSpec:
+        if engine not in self.engines:
+            raise KnobError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+        return self.engines[engine]
+
+
+@dataclass
+class Rendered:
+    """A value rendered for one engine: argv elements to append, environment to set, replica count."""
+    args: list[str]
+    env: dict[str, str]
+    replicas: int | None = None
+
+
+def _num(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
