@@ -82,7 +82,8 @@ class Expr:
             return Value(v, None if v is not None else f"the engine does not reveal {self.arg}", "",
                          self.arg, snap.engine.config_source or "")
         if self.kind == "fact":
-            n = len(snap.replicas) if self.arg == "replica_count" else len(snap.gpu.devices if snap.gpu else [])
+            # A deployment read without replica labels is still one replica.
+            n = max(1, len(snap.replicas)) if self.arg == "replica_count" else len(snap.gpu.devices if snap.gpu else [])
             return Value(float(n), label=self.arg, source="snapshot")
         if self.kind == "spread":
             vals = [r.signals[self.arg].value for r in snap.replicas
