@@ -3,7 +3,7 @@
 One module per command; importing them registers them on the app.
 """
 
-from advisor.cli import diagnose, load, probe, rules  # noqa: F401  (registration)
+from advisor.cli import diagnose, experiment, load, probe, rules  # noqa: F401  (registration)
 from advisor.cli._app import app
 
 

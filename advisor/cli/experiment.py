@@ -1,0 +1,184 @@
+"""advisor experiment: prove or refute one mechanism with an A/B experiment on the real deployment."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from advisor.cli._app import app
+from advisor.cli._common import EXIT_FAILED, EXIT_OK, Output, err, fail, out
+from advisor.settings import get_settings
+
+Deployment = Annotated[Path, typer.Option("--deployment", help="Deployment YAML: engine, model, launcher (local: command, args, env, port; endpoints: baseline and candidate URLs).")]
+
+
+def state_dir(key: str) -> Path:
+    return get_settings().data_dir / "experiments" / key
+
+
+def _sigterm_as_interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def run_experiment(dep, mechanism: str, value: str | None, workload, *, blocks: int, block_requests: int,
+                   concurrency: int, readout_signal: str | None, dry_run: bool, save: bool, quiet: bool = False):
+    """Shared by `experiment` and `diagnose --experiment`. Returns an ExperimentResult (or the
+    plan's lines for a dry run). Raises typer.Exit on bad input."""
+    from advisor.experiments import runner
+    from advisor.experiments.journal import Busy, Journal, TargetLock
+    from advisor.experiments.recovery import recover
+    from advisor.experiments.setup import DesignError, design, launcher_for
+    from advisor.knobs import KnobError
+    from advisor.workload.prompts import PromptSizer
+
+    try:
+        d = design(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
+                   concurrency=concurrency, readout_signal=readout_signal)
+    except (DesignError, KnobError) as e:
+        raise fail(str(e)) from None
+    if dry_run:
+        return d
+    say = (lambda m: None) if quiet else (lambda m: err.print(f"[dim][experiment] {m}[/]", highlight=False))
+    directory = state_dir(dep.key)
+    journal = Journal(directory)
+    store = None
+    try:
+        with TargetLock(directory):
+            note = recover(dep, journal, directory / "logs", say)
+            if note:
+                err.print(f"[yellow]recovered:[/] {note}")
+            launcher = launcher_for(d, journal, directory / "logs")
+            sizer = PromptSizer.for_target(launcher.url("baseline") if dep.launcher == "endpoints" else dep.target_url,
+                                           dep.model, tokenizer=d.workload.tokenizer) \
+                if _serving(dep) else None
+            if sizer is None:
+                from advisor.experiments.launchers import LaunchError
+
+                try:
+                    launcher.bring_up("baseline")
+                except LaunchError as e:
+                    raise fail(str(e)) from None
+                sizer = PromptSizer.for_target(dep.target_url, dep.model, tokenizer=d.workload.tokenizer)
+            save_block = None
+            if save:
+                from advisor.store import open_store
+
+                store = open_store(get_settings().database_url)
+                exp_num = int(d.id.replace("exp-", "").replace("-", ""))
+
+                def save_block(arm, block, run, summary):
+                    return store.save_load_run(d.workload, summary, run.records, target=launcher.url(arm),
+                                               model=dep.model, started_at=_utc(run.started_at), wall_s=run.wall_s,
+                                               manifest={"experiment": d.id}, experiment_id=exp_num, arm=arm,
+                                               block=block)
+            previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+            try:
+                result = runner.execute(d, launcher, journal, sizer, say, save_block)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+    except Busy as e:
+        raise fail(str(e)) from None
+    finally:
+        if store:
+            store.close()
+    from advisor.experiments.manifest import experiment_manifest
+
+    result.manifest = experiment_manifest(d, result)
+    return result
+
+
+def _serving(dep) -> bool:
+    from advisor.experiments.launchers import healthy
+
+    path = dep.local.health_path if dep.local else dep.endpoints.health_path
+    return healthy(dep.target_url, path)
+
+
+def _utc(ts: float):
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+@app.command()
+def experiment(
+    deployment: Deployment,
+    mechanism: Annotated[str, typer.Option("--mechanism", help="The one knob to change: max_num_seqs, max_num_batched_tokens, chunked_prefill, prefix_caching, kv_cache_dtype, quantization, speculative, tensor_parallel, data_parallel, replicas, gpu_memory_utilization, scheduling_policy, enforce_eager.")],
+    value: Annotated[Optional[str], typer.Option("--value", help="The candidate's value (JSON or text: 8, true, fp8, '{\"method\": \"ngram\"}'). Default: flip a switch, quadruple a limit.")] = None,
+    workload_file: Annotated[Optional[Path], typer.Option("--workload", help="Workload YAML replayed on both arms. Default: one suited to the mechanism.")] = None,
+    from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from the deployment's own telemetry in this Prometheus.")] = None,
+    blocks: Annotated[int, typer.Option("--blocks", help="Blocks per arm (interleaved A B B A ...); the block is the unit of replication.")] = 3,
+    block_requests: Annotated[int, typer.Option("--block-requests", help="Requests per block (default workload).")] = 40,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (default workload).")] = 8,
+    readout_signal: Annotated[Optional[str], typer.Option("--readout", help="Primary readout as a signal name (ttft_p95, tpot_p95, e2e_p99...). Default: the mechanism's.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (both arms' argv, workload, blocks, guardrails) and touch nothing.")] = False,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Keep every block's samples in the store.")] = True,
+    output: Annotated[Output, typer.Option("--output", "-o", help="text, or json with verdict, primary_metric, ratio, ci, metrics and manifest.")] = Output.text,
+) -> None:
+    """Run baseline against a candidate that changes exactly one mechanism, on the same workload, and judge it.
+
+    The baseline is restored and verified healthy on success, failure, abort and interrupt.
+    Exit codes: 0 finished (any verdict), 1 aborted (guardrail or interrupt), 2 could not start (bad input).
+    """
+    from advisor.experiments.deployment import DeploymentError, load_deployment
+    from advisor.workload.spec import WorkloadError, load_workload
+
+    try:
+        dep = load_deployment(deployment)
+        if workload_file and from_prom:
+            raise fail("give at most one of --workload and --from-prom")
+        workload = load_workload(workload_file) if workload_file else None
+        if from_prom:
+            from advisor.workload.telemetry import workload_from_prometheus
+
+            workload = workload_from_prometheus(from_prom)
+    except (DeploymentError, WorkloadError) as e:
+        raise fail(str(e)) from None
+    from advisor.experiments.runner import KeyboardInterruptWithResult
+
+    try:
+        result = run_experiment(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
+                                concurrency=concurrency, readout_signal=readout_signal, dry_run=dry_run, save=save)
+    except KeyboardInterruptWithResult as e:
+        result = e.result
+    from advisor.experiments.design import Design
+    from advisor.reports.experiment_text import render, render_plan
+
+    if isinstance(result, Design):
+        if output is Output.json:
+            print(json.dumps({"dry_run": True, "plan": result.describe(), "baseline_argv": result.baseline_args,
+                              "candidate_argv": result.candidate_args}, indent=2))
+        else:
+            render_plan(result, out)
+        raise typer.Exit(EXIT_OK)
+    if output is Output.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        render(result, out)
+    raise typer.Exit(EXIT_OK if result.status == "finished" else 1)
+
+
+@app.command()
+def recover(deployment: Deployment) -> None:
+    """Restore the baseline after an experiment whose advisor died mid-run (also done at every experiment's start).
+
+    Exit codes: 0 restored or nothing to do, 2 could not restore.
+    """
+    from advisor.experiments.deployment import DeploymentError, load_deployment
+    from advisor.experiments.journal import Busy, Journal, TargetLock
+    from advisor.experiments.launchers import LaunchError
+    from advisor.experiments.recovery import recover as do_recover
+
+    try:
+        dep = load_deployment(deployment)
+        directory = state_dir(dep.key)
+        with TargetLock(directory):
+            note = do_recover(dep, Journal(directory), directory / "logs",
+                              lambda m: err.print(f"[dim]{m}[/]", highlight=False))
+    except (DeploymentError, Busy, LaunchError) as e:
+        raise fail(str(e)) from None
+    out.print(note or "nothing to recover: the last experiment on this target finished cleanly")

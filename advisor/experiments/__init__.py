@@ -1,0 +1,1 @@
+"""Single-mechanism A/B experiments against a real deployment."""

@@ -1,0 +1,102 @@
+"""The experiment's plan: which knob, which value, which workload, which block order, which
+readouts. Everything is validated here, before anything starts; --dry-run prints this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from advisor.experiments.deployment import Deployment
+from advisor.workload.plan import PlannedRequest, plan
+from advisor.workload.spec import Workload
+
+# Client-side readouts: (metric, statistic, lower is better).
+SECONDARY = [("ttft", "p50"), ("ttft", "p95"), ("tpot", "p50"), ("e2e", "p50"), ("e2e", "p99")]
+# Probe signals named by diagnosis checks, as client-side readouts.
+SIGNAL_READOUT = {
+    "ttft_p95": ("ttft", "p95"), "ttft_p50": ("ttft", "p50"), "ttft_p99": ("ttft", "p99"),
+    "tpot_p95": ("tpot", "p95"), "tpot_p50": ("tpot", "p50"), "itl_p95": ("itl", "p95"),
+    "e2e_p99": ("e2e", "p99"), "e2e_p95": ("e2e", "p95"), "e2e_p50": ("e2e", "p50"),
+    "generation_tokens_per_s": ("output_tokens_per_s", "mean"), "request_rate": ("throughput_rps", "mean"),
+    "error_rate": ("error_rate", "mean"), "admission_rejections_per_s": ("error_rate", "mean"),
+}
+HIGHER_IS_BETTER = {"output_tokens_per_s", "throughput_rps", "goodput_rps"}
+
+
+@dataclass
+class Guardrails:
+    max_duration_s: float = 1800.0
+    max_requests: int = 5000
+    max_error_rate: float = 0.2
+    health_every_s: float = 2.0
+
+
+@dataclass
+class Design:
+    id: str
+    deployment: Deployment
+    mechanism: str
+    value: object
+    baseline_args: list[str]
+    candidate_args: list[str]
+    candidate_env: dict[str, str]
+    workload: Workload
+    requests: list[PlannedRequest]
+    blocks_per_arm: int
+    order: list[tuple[str, int]]
+    warmup_requests: int
+    primary: tuple[str, str]
+    secondary: list[tuple[str, str]]
+    guardrails: Guardrails = field(default_factory=Guardrails)
+    numerics: bool = False
+    fails_means: str = ""
+
+    def describe(self) -> list[str]:
+        w = self.workload
+        a = w.arrival
+        shape = f"closed loop, concurrency {a.concurrency}" if a.kind == "concurrency" else f"{a.kind} {a.rate:g} req/s"
+        order = " ".join(f"{'A' if arm == 'baseline' else 'B'}{b + 1}" for arm, b in self.order)
+        return [
+            f"experiment {self.id} on {self.deployment.name} ({self.deployment.engine}, {self.deployment.launcher} launcher"
+            + (f", {self.deployment.local.arms} arms" if self.deployment.local else "") + ")",
+            f"mechanism {self.mechanism} -> {self.value!r}; primary readout {self.primary[0]} {self.primary[1]}",
+            f"baseline argv: {' '.join(self.baseline_args) or '(none)'}",
+            f"candidate argv: {' '.join(self.candidate_args) or '(none)'}"
+            + (f"  env {self.candidate_env}" if self.candidate_env else ""),
+            f"workload {w.name} ({w.source}): {len(self.requests)} requests per block, {shape}, seed {w.seed}",
+            f"blocks: {order} ({self.blocks_per_arm} per arm), warmup {self.warmup_requests} requests per arm",
+            f"guardrails: at most {self.guardrails.max_duration_s:.0f}s and {self.guardrails.max_requests} requests; "
+            f"abort above {self.guardrails.max_error_rate:.0%} errors or when the candidate is unhealthy",
+        ]
+
+
+def block_order(blocks_per_arm: int) -> list[tuple[str, int]]:
+    """A B B A A B ...: balanced against drift, and half the switches of A B A B (each switch is an
+    engine restart with sequential arms)."""
+    order, arms = [], ("baseline", "candidate")
+    for b in range(blocks_per_arm):
+        pair = arms if b % 2 == 0 else arms[::-1]
+        order += [(arm, b) for arm in pair]
+    return order
+
+
+def new_id() -> str:
+    return datetime.now(timezone.utc).strftime("exp-%Y%m%d-%H%M%S")
+
+
+def default_workload(mechanism: str, requests: int, concurrency: int, seed: int) -> Workload:
+    """A workload that exercises the mechanism when none is given: shared prefixes for prefix
+    caching, a deep queue for batch limits, a plain mix otherwise."""
+    spec: dict = {"name": f"default-{mechanism}", "source": "advisor default for the mechanism", "seed": seed,
+                  "requests": requests, "arrival": {"kind": "concurrency", "concurrency": concurrency},
+                  "buckets": [{"prompt_tokens": [300, 500], "output_tokens": [24, 32]}]}
+    if mechanism == "prefix_caching":
+        spec["buckets"] = [{"prompt_tokens": [700, 800], "output_tokens": 16}]
+        spec["prefix"] = {"groups": 2, "tokens": 600, "share": 0.9}
+    elif mechanism in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "replicas", "data_parallel"):
+        spec["buckets"] = [{"prompt_tokens": [500, 700], "output_tokens": 32}]
+    return Workload.model_validate(spec)
+
+
+def requests_for(workload: Workload) -> list[PlannedRequest]:
+    return plan(workload)

@@ -1,0 +1,39 @@
+"""The manifest written next to every experiment result."""
+
+from __future__ import annotations
+
+from advisor import manifest
+from advisor.experiments.design import Design
+from advisor.experiments.result import ExperimentResult
+from advisor.loadgen.metrics import DEFINITIONS
+
+
+def experiment_manifest(d: Design, r: ExperimentResult) -> dict:
+    w = d.workload
+    per_arm = {arm: {"blocks": sum(b.arm == arm for b in r.blocks),
+                     "requests": sum(b.requests for b in r.blocks if b.arm == arm)} for arm in ("baseline", "candidate")}
+    url = d.deployment.target_url
+    return {
+        "experiment": d.id,
+        "deployment": {"name": d.deployment.name, "engine": d.deployment.engine, "model": d.deployment.model,
+                       "launcher": d.deployment.launcher,
+                       "arms": d.deployment.local.arms if d.deployment.local else "endpoints"},
+        "engine_version": manifest.engine_version(url),
+        "hardware": manifest.machine(),
+        "mechanism": d.mechanism, "value": repr(d.value),
+        "baseline_argv": d.baseline_args, "candidate_argv": d.candidate_args, "candidate_env": d.candidate_env,
+        "workload": {"name": w.name, "source": w.source, "buckets": [b.model_dump() for b in w.buckets],
+                     "prefix": w.prefix.model_dump() if w.prefix else None, "arrival": w.arrival.model_dump(),
+                     "cancellation": w.cancellation.model_dump(), "seed": w.seed,
+                     "requests_per_block": len(d.requests)},
+        "concurrency_or_rate": (f"concurrency {w.arrival.concurrency}" if w.arrival.kind == "concurrency"
+                                else f"{w.arrival.kind} {w.arrival.rate} req/s"),
+        "warmup_requests_per_arm": d.warmup_requests,
+        "block_order": [f"{arm}:{b + 1}" for arm, b in d.order],
+        "per_arm": per_arm,
+        "load_generator_valid": all(b.generator_valid for b in r.blocks),
+        "metric_definitions": DEFINITIONS,
+        "judgement": "block is the unit of replication; see each metric's method; equivalence margin 5%; "
+                     "Holm across secondary metrics",
+        "seeds": {"workload": w.seed},
+    }

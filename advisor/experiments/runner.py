@@ -1,0 +1,171 @@
+"""Runs a Design against the real deployment: warmup, interleaved blocks on the same request set,
+guardrails, the journal, and the baseline restored and verified whatever happens."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+
+from advisor.experiments import quality, stats
+from advisor.experiments.design import HIGHER_IS_BETTER, Design
+from advisor.experiments.journal import Journal
+from advisor.experiments.launchers import LaunchError, Launcher
+from advisor.experiments.result import BlockRecord, ExperimentResult
+from advisor.loadgen.metrics import summarize
+from advisor.loadgen.record import RequestRecord
+from advisor.loadgen.runner import Target, run
+
+BLOCK_STRIDE = 1_000_000  # request indices per block: every block's prompts are its own
+
+
+class Aborted(Exception):
+    pass
+
+
+def _block_requests(design: Design, block: int):
+    return [dataclasses.replace(r, index=block * BLOCK_STRIDE + r.index) for r in design.requests]
+
+
+def _warmup(target: Target, prompts_of, n: int) -> None:
+    if n <= 0:
+        return
+    reqs = [dataclasses.replace(r, index=999 * BLOCK_STRIDE + i, cancel_after_tokens=None)
+            for i, r in enumerate(prompts_of.requests[:n])]
+    asyncio.run(run(target, reqs, prompts_of.sizer(reqs), concurrency=min(4, n)))
+
+
+class Prompts:
+    def __init__(self, design: Design, sizer):
+        self.design, self._sizer, self.requests = design, sizer, design.requests
+
+    def sizer(self, reqs):
+        return self._sizer.prompts_for(reqs, self.design.workload)
+
+
+def metric_values(records: list[RequestRecord], metric: str) -> list[float]:
+    ok = [r for r in records if r.status == "ok"]
+    if metric == "ttft":
+        return [r.ttft for r in records if r.status in ("ok", "cancelled") and r.ttft is not None]
+    if metric == "itl":
+        return [g for r in ok for g in r.itls]
+    return [v for v in (getattr(r, metric) for r in ok) if v is not None]
+
+
+def judge(design: Design, by_block: dict[tuple[str, int], list[RequestRecord]]) -> list[stats.MetricResult]:
+    def blocks(arm: str, metric: str) -> list[list[float]]:
+        return [metric_values(recs, metric) for (a, _), recs in sorted(by_block.items()) if a == arm]
+
+    def one(metric: str, statistic: str) -> stats.MetricResult:
+        return stats.compare(f"{metric}", blocks("baseline", metric), blocks("candidate", metric),
+                             statistic=statistic, lower_is_better=metric not in HIGHER_IS_BETTER,
+                             seed=hash((metric, statistic)) & 0xFFFF)
+
+    primary = one(*design.primary)
+    secondary = [one(m, s) for m, s in design.secondary if (m, s) != design.primary]
+    return stats.judge(primary, secondary)
+
+
+def execute(design: Design, launcher: Launcher, journal: Journal, sizer, say: Callable[[str], None],
+            save_block: Callable[..., int | None] | None = None) -> ExperimentResult:
+    exp = design.id
+    journal.write(exp, "begin", deployment=design.deployment.name, mechanism=design.mechanism,
+                  value=repr(design.value), found_serving=getattr(launcher, "found_serving", True),
+                  baseline_args=design.baseline_args, candidate_args=design.candidate_args)
+    prompts = Prompts(design, sizer)
+    by_block: dict[tuple[str, int], list[RequestRecord]] = {}
+    blocks: list[BlockRecord] = []
+    outputs: dict[str, list] = {}
+    aborted: str | None = None
+    started = time.monotonic()
+    sent = 0
+    interrupted = False
+    try:
+        block_prompts = {}
+        warmed: set[str] = set()
+        for arm, b in design.order:
+            if time.monotonic() - started > design.guardrails.max_duration_s:
+                raise Aborted(f"guardrail: the experiment ran past {design.guardrails.max_duration_s:.0f}s")
+            if sent + len(design.requests) > design.guardrails.max_requests:
+                raise Aborted(f"guardrail: the next block would pass {design.guardrails.max_requests} requests")
+            say(f"{arm} block {b + 1}/{design.blocks_per_arm}: bringing the {arm} up")
+            url = launcher.bring_up(arm)
+            target = Target(url=url, model=design.deployment.model, api=design.workload.api)
+            if arm not in warmed:
+                _warmup(target, prompts, design.warmup_requests)
+                if design.numerics:
+                    outputs[arm] = quality.greedy(url, design.deployment.model)
+                warmed.add(arm)
+            reqs = _block_requests(design, b)
+            if b not in block_prompts:
+                block_prompts[b] = prompts.sizer(reqs)
+            last_check = [time.monotonic()]
+
+            def should_abort(arm=arm) -> str | None:
+                if time.monotonic() - last_check[0] < design.guardrails.health_every_s:
+                    return None
+                last_check[0] = time.monotonic()
+                return launcher.check(arm) if arm == "candidate" else None
+
+            a = design.workload.arrival
+            r = asyncio.run(run(target, reqs, block_prompts[b], should_abort=should_abort,
+                                concurrency=a.concurrency if a.kind == "concurrency" else None))
+            sent += sum(x.status != "not_sent" for x in r.records)
+            summary = summarize(r)
+            by_block[(arm, b)] = r.records
+            run_id = save_block(arm, b, r, summary) if save_block else None
+            s = summary.overall
+            blocks.append(BlockRecord(arm=arm, block=b, requests=s.requests, ok=s.ok, errors=s.errors,
+                                      ttft_p50=s.ttft.p50, tpot_p50=s.tpot.p50, e2e_p95=s.e2e.p95,
+                                      generator_valid=summary.generator.valid, run_id=run_id))
+            journal.write(exp, "block", arm=arm, block=b, ok=s.ok, errors=s.errors)
+            say(f"{arm} block {b + 1}: {s.ok}/{s.requests} ok, TTFT p50 {1000 * (s.ttft.p50 or 0):.0f} ms")
+            if r.aborted:
+                raise Aborted(f"guardrail: {r.aborted}")
+            if s.requests and s.errors / s.requests > design.guardrails.max_error_rate:
+                raise Aborted(f"guardrail: {s.errors}/{s.requests} requests failed on the {arm}")
+            problem = launcher.check(arm)
+            if problem:
+                raise Aborted(f"guardrail: {problem}")
+    except Aborted as e:
+        aborted = str(e)
+    except LaunchError as e:
+        aborted = f"launch failed: {e}"
+    except KeyboardInterrupt:
+        aborted, interrupted = "interrupted", True
+    finally:
+        restored, note = _restore(launcher, journal, exp, say)
+    if aborted:
+        journal.write(exp, "aborted", reason=aborted)
+    metrics = judge(design, by_block) if by_block else []
+    primary = metrics[0] if metrics else None
+    verdict = primary.verdict if primary and not aborted else "inconclusive"
+    result = ExperimentResult(
+        id=exp, deployment=design.deployment.name, mechanism=design.mechanism, value=repr(design.value),
+        status="aborted" if aborted else "finished", verdict=verdict,
+        primary_metric=f"{design.primary[0]} {design.primary[1]}",
+        ratio=primary.ratio if primary else None, ci=primary.ci if primary else None, metrics=metrics,
+        blocks=blocks, aborted=aborted, baseline_restored=restored, restore_note=note,
+        fails_means=design.fails_means,
+        quality=quality.compare(outputs["baseline"], outputs["candidate"]) if len(outputs) == 2 else None)
+    if interrupted:
+        raise KeyboardInterruptWithResult(result)
+    return result
+
+
+class KeyboardInterruptWithResult(KeyboardInterrupt):
+    def __init__(self, result: ExperimentResult):
+        super().__init__("interrupted")
+        self.result = result
+
+
+def _restore(launcher: Launcher, journal: Journal, exp: str, say) -> tuple[bool, str]:
+    say("restoring the baseline")
+    try:
+        launcher.restore()
+    except (LaunchError, Exception) as e:  # noqa: BLE001 - the journal keeps it pending for recovery
+        journal.write(exp, "restore failed", error=str(e))
+        return False, f"restore failed ({e}); the next start will retry it"
+    journal.write(exp, "restored")
+    return True, "baseline serving with its own flags, verified healthy"
