@@ -25,7 +25,8 @@ def _sigterm_as_interrupt(*_):
 
 
 def run_experiment(dep, mechanism: str, value: str | None, workload, *, blocks: int, block_requests: int,
-                   concurrency: int, readout_signal: str | None, dry_run: bool, save: bool, quiet: bool = False):
+                   concurrency: int, readout_signal: str | None, dry_run: bool, save: bool, quiet: bool = False,
+                   warmup: int = 16):
     """Shared by `experiment` and `diagnose --experiment`. Returns an ExperimentResult (or the
     plan's lines for a dry run). Raises typer.Exit on bad input."""
     from advisor.experiments import runner
@@ -37,7 +38,7 @@ def run_experiment(dep, mechanism: str, value: str | None, workload, *, blocks: 
 
     try:
         d = design(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
-                   concurrency=concurrency, readout_signal=readout_signal)
+                   concurrency=concurrency, readout_signal=readout_signal, warmup=warmup)
     except (DesignError, KnobError) as e:
         raise fail(str(e)) from None
     if dry_run:
@@ -111,9 +112,10 @@ def experiment(
     value: Annotated[Optional[str], typer.Option("--value", help="The candidate's value (JSON or text: 8, true, fp8, '{\"method\": \"ngram\"}'). Default: flip a switch, quadruple a limit.")] = None,
     workload_file: Annotated[Optional[Path], typer.Option("--workload", help="Workload YAML replayed on both arms. Default: one suited to the mechanism.")] = None,
     from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from the deployment's own telemetry in this Prometheus.")] = None,
-    blocks: Annotated[int, typer.Option("--blocks", help="Blocks per arm (interleaved A B B A ...); the block is the unit of replication.")] = 3,
-    block_requests: Annotated[int, typer.Option("--block-requests", help="Requests per block (default workload).")] = 40,
+    blocks: Annotated[int, typer.Option("--blocks", help="Blocks per arm (interleaved A B B A ...); the block is the unit of replication. Medians need 4 for a 95% verdict.")] = 4,
+    block_requests: Annotated[int, typer.Option("--block-requests", help="Requests per block (default workload).")] = 32,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (default workload).")] = 8,
+    warmup: Annotated[int, typer.Option("--warmup", help="Requests sent to each arm before its first block, not measured.")] = 16,
     readout_signal: Annotated[Optional[str], typer.Option("--readout", help="Primary readout as a signal name (ttft_p95, tpot_p95, e2e_p99...). Default: the mechanism's.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (both arms' argv, workload, blocks, guardrails) and touch nothing.")] = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep every block's samples in the store.")] = True,
@@ -142,7 +144,8 @@ def experiment(
 
     try:
         result = run_experiment(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
-                                concurrency=concurrency, readout_signal=readout_signal, dry_run=dry_run, save=save)
+                                concurrency=concurrency, readout_signal=readout_signal, dry_run=dry_run, save=save,
+                                warmup=warmup)
     except KeyboardInterruptWithResult as e:
         result = e.result
     from advisor.experiments.design import Design

@@ -29,7 +29,7 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
             continue
         say(f"experiment for check #{check.rank} {check.rule_id}/{check.id}: {check.mechanism}")
         try:
-            result = run_experiment(dep, check.mechanism, None, None, blocks=3, block_requests=40, concurrency=8,
+            result = run_experiment(dep, check.mechanism, None, None, blocks=4, block_requests=32, concurrency=8,
                                     readout_signal=check.readout, dry_run=False, save=True)
         except KeyboardInterruptWithResult as e:
             result = e.result

@@ -93,7 +93,11 @@ def default_workload(mechanism: str, requests: int, concurrency: int, seed: int)
     if mechanism == "prefix_caching":
         spec["buckets"] = [{"prompt_tokens": [700, 800], "output_tokens": 16}]
         spec["prefix"] = {"groups": 2, "tokens": 600, "share": 0.9}
-    elif mechanism in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "replicas", "data_parallel"):
+    elif mechanism == "max_num_seqs":
+        # Decode-bound requests queue for batch slots; prefill-bound ones would only queue inside
+        # the engine instead, whatever the slot count.
+        spec["buckets"] = [{"prompt_tokens": [50, 100], "output_tokens": [128, 192]}]
+    elif mechanism in ("max_num_batched_tokens", "chunked_prefill", "replicas", "data_parallel"):
         spec["buckets"] = [{"prompt_tokens": [500, 700], "output_tokens": 32}]
     return Workload.model_validate(spec)
 

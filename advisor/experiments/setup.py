@@ -54,7 +54,7 @@ def readout(mechanism: str, override: str | None) -> tuple[str, str]:
 
 
 def design(dep: Deployment, mechanism: str, value_text: str | None, workload: Workload | None, *,
-           blocks: int = 3, block_requests: int = 40, concurrency: int = 8, warmup: int = 6,
+           blocks: int = 4, block_requests: int = 32, concurrency: int = 8, warmup: int = 16,
            readout_signal: str | None = None, seed: int = 0, guardrails: Guardrails | None = None) -> Design:
     """Validates everything (knob, value, engine support) before anything starts."""
     if mechanism not in knobs.KNOBS:
