@@ -137,7 +137,8 @@ class LocalLauncher:
     def _start(self, arm: str) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{self.experiment}-{arm}-{int(time.time())}.log"
-        env = {**os.environ, **self.env[arm]}
+        # The advisor's own PYTHONPATH would shadow the engine's environment; the spec may set one.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | self.env[arm]
         with open(log_path, "wb") as log:
             # Detached: a restored baseline must keep serving after the advisor exits.
             proc = subprocess.Popen(self.argv(arm), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

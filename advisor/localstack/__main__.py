@@ -1,23 +1,28 @@
-"""The main job on a local default: a real engine made to queue, watched by Prometheus, then probed.
+"""The main job on a local default: a real engine made to queue, watched by Prometheus, diagnosed,
+and the top check proved by an A/B experiment.
 
-    python -m advisor.localstack [--window 60] [--concurrency 8] ...
+    python -m advisor.localstack [--window 60] [--concurrency 8] [--no-experiment] ...
 
 Starts the CPU vLLM engine with --max-num-seqs 2 and a Prometheus scraping it every 2 s, drives
 more concurrent requests than the engine admits so that a queue forms, waits until Prometheus
-holds a full window of that load, and runs `advisor.cli probe` against it. Progress goes to
-stderr ("[local] ..."); the probe's report goes to stdout. Both servers stop on exit or Ctrl-C.
+holds a full window of that load, stops the load, and runs `advisor diagnose --experiment 1`
+against it: the diagnosis, and the top check's experiment against the real engine (its candidate
+on a second port, the baseline left serving). Progress goes to stderr ("[local] ..."); the report
+goes to stdout. Both servers stop on exit or Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
+from advisor.localstack.deployment import write_deployment
 from advisor.localstack.engine import EngineError, LocalEngine
 from advisor.localstack.prometheus import LocalPrometheus, PrometheusError
 from advisor.localstack.traffic import DriveResult, drive_sync
@@ -37,6 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
     p.add_argument("--prompt-words", type=int, default=600, help="prompt length in words (default 600)")
     p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
+    p.add_argument("--no-experiment", action="store_true", help="diagnose only; skip the A/B experiment")
     return p.parse_args(argv)
 
 
@@ -57,17 +63,18 @@ def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline:
         totals.first_error = totals.first_error or r.first_error
 
 
-def run_probe(prom_url: str, window: int) -> int:
-    if importlib.util.find_spec("advisor.cli") is None:
-        log(f"advisor.cli is not in this build yet, so there is no probe to run; Prometheus was at {prom_url}")
-        return 0
-    cmd = [sys.executable, "-m", "advisor.cli", "probe", "--prom-url", prom_url, "--window", f"{window}s"]
-    log("running: python " + " ".join(cmd[1:]))
+def run_diagnosis(prom_url: str, window: int, deployment: Path | None) -> int:
+    cmd = [sys.executable, "-m", "advisor.cli", "diagnose", "--prom-url", prom_url, "--window", f"{window}s"]
+    if deployment:
+        cmd += ["--deployment", str(deployment), "--experiment", "1"]
+    log("running: advisor " + " ".join(cmd[3:]))
     try:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=300).returncode
+        rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=1500).returncode
     except subprocess.TimeoutExpired:
-        log("the probe ran past 300 s; stopped it")
+        log("the diagnosis ran past 1500 s; stopped it")
         return 1
+    # 1 means symptoms were found: that is the diagnosis working, not failing.
+    return 0 if rc in (0, 1) else rc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,10 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         if not worker.is_alive():
             log(f"the load stopped early: {totals.first_error or 'no error recorded'}")
             return 1
-        # Probe while the queue is still there, so the whole window holds it.
-        rc = run_probe(prom.url, args.window)
+        # The window now holds the queue; stop the load so the experiment has the engine to itself.
         stop.set()
         worker.join(timeout=120)
+        deployment = None
+        if not args.no_experiment:
+            deployment = write_deployment(engine, Path(tempfile.mkdtemp(prefix="advisor-local-")) / "deployment.yaml")
+            log(f"deployment spec for experiments: {deployment}")
+        rc = run_diagnosis(prom.url, args.window, deployment)
         log(f"load: {totals.ok} ok, {totals.errors} errors of {totals.requests} requests")
         if totals.first_error:
             log(f"first load error: {totals.first_error}")

@@ -1,0 +1,27 @@
+"""The deployment spec of a LocalEngine, so that experiments can launch its candidate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from advisor.localstack import paths
+from advisor.localstack.engine import HOST, LocalEngine
+
+
+def deployment_spec(engine: LocalEngine, arms: str = "parallel", candidate_port: int | None = None,
+                    name: str = "local-cpu-vllm") -> dict:
+    argv = engine.command()
+    i = argv.index("--port")
+    args = argv[3:i] + argv[i + 2:]
+    local = {"command": argv[:3], "args": args, "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **engine.env},
+             "host": HOST, "port": engine.port, "arms": arms, "start_timeout_s": 300}
+    if arms == "parallel":
+        local["candidate_port"] = candidate_port or paths.free_port()
+    return {"name": name, "engine": "vllm", "model": paths.SERVED_MODEL_NAME, "launcher": "local", "local": local}
+
+
+def write_deployment(engine: LocalEngine, path: Path, **kw) -> Path:
+    path.write_text(yaml.safe_dump(deployment_spec(engine, **kw), sort_keys=False))
+    return path

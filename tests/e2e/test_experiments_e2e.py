@@ -1,0 +1,154 @@
+"""A/B experiments against the real CPU vLLM engine: verdicts with intervals, aborts that keep
+their samples, and a baseline that is always left serving with its own flags."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import psutil
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from advisor.cli import app
+from advisor.experiments.launchers import healthy, listener, stop_pid
+from advisor.localstack import LocalEngine
+from advisor.localstack.deployment import write_deployment
+from tests.support.servers import ROOT
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def isolated_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADVISOR_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("ADVISOR_DB_URL", f"sqlite:///{tmp_path / 'advisor.db'}")
+    from advisor.settings import get_settings
+
+    get_settings.cache_clear()
+    yield tmp_path
+    get_settings.cache_clear()
+
+
+def experiment(dep, *args) -> tuple[int, dict]:
+    r = runner.invoke(app, ["experiment", "--deployment", str(dep), "--output", "json", *args])
+    assert r.exit_code in (0, 1), r.output
+    return r.exit_code, json.loads(r.stdout)
+
+
+def argv_on(port: int) -> list[str]:
+    return psutil.Process(listener(port)).cmdline()
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_prefix_caching_on_improves_ttft_with_shared_prefixes(tmp_path, isolated_store):
+    with LocalEngine(max_num_seqs=4, extra_args=["--no-enable-prefix-caching"]) as base:
+        dep = write_deployment(base, tmp_path / "dep.yaml")
+        code, r = experiment(dep, "--mechanism", "prefix_caching", "--value", "true", "--readout", "ttft_p50",
+                             "--blocks", "4", "--concurrency", "4")
+        assert code == 0 and r["status"] == "finished"
+        assert r["verdict"] == "improved", (r["ratio"], r["ci"], [m["reason"] for m in r["metrics"]])
+        lo, hi = r["ci"]
+        assert lo <= r["ratio"] <= hi < 1
+        assert r["manifest"]["candidate_argv"].count("--enable-prefix-caching") == 1
+        assert "--no-enable-prefix-caching" not in r["manifest"]["candidate_argv"]
+        assert r["manifest"]["per_arm"] == {"baseline": {"blocks": 4, "requests": 128},
+                                            "candidate": {"blocks": 4, "requests": 128}}
+        assert r["baseline_restored"] and healthy(base.url)
+        assert "--no-enable-prefix-caching" in argv_on(base.port)
+        assert listener(yaml.safe_load(dep.read_text())["local"]["candidate_port"]) is None, "candidate stopped"
+
+
+def test_max_num_seqs_raised_under_a_queue_improves_ttft(tmp_path, local_engine, isolated_store):
+    dep = write_deployment(local_engine, tmp_path / "dep.yaml")
+    code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "8", "--readout", "ttft_p50")
+    assert code == 0, r
+    assert r["verdict"] == "improved", (r["ratio"], r["ci"], r["blocks"])
+    assert r["ci"][1] < 1
+    assert flag(argv_on(local_engine.port), "--max-num-seqs") == "2", "the baseline keeps its own flags"
+    from advisor.store import open_store
+
+    with open_store(os.environ["ADVISOR_DB_URL"]) as store:
+        runs = store.list_load_runs(limit=100)
+        assert len(runs) == 8, "every block's samples are stored"
+
+
+def test_a_a_gives_no_verdict_of_difference(local_engine, tmp_path, isolated_store):
+    dep = tmp_path / "aa.yaml"
+    dep.write_text(yaml.safe_dump({"name": "aa", "engine": "vllm", "model": "tiny-llama", "launcher": "endpoints",
+                                   "endpoints": {"baseline": local_engine.url, "candidate": local_engine.url}}))
+    code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "8", "--readout", "ttft_p50",
+                         "--block-requests", "24", "--concurrency", "4")
+    assert code == 0
+    assert r["verdict"] in ("no change", "inconclusive"), (r["ratio"], r["ci"])
+    assert all(m["verdict"] in ("no change", "inconclusive") for m in r["metrics"]), r["metrics"]
+
+
+def test_candidate_killed_mid_run_aborts_keeps_samples_and_baseline_serves(tmp_path, local_engine, isolated_store):
+    dep = write_deployment(local_engine, tmp_path / "dep.yaml")
+    cport = yaml.safe_load(dep.read_text())["local"]["candidate_port"]
+    proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(dep),
+                             "--mechanism", "max_num_seqs", "--value", "4", "--blocks", "6", "--output", "json"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    deadline = time.monotonic() + 400
+    killed = False
+    while time.monotonic() < deadline and proc.poll() is None:
+        pid = listener(cport)
+        if pid and healthy(f"http://127.0.0.1:{cport}"):
+            time.sleep(8)  # let a block or two run on it first
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(1)
+    out, err = proc.communicate(timeout=400)
+    assert killed, err[-2000:]
+    r = json.loads(out)
+    assert proc.returncode == 1 and r["status"] == "aborted", err[-2000:]
+    assert "candidate" in r["aborted"]
+    assert r["blocks"], "the samples measured before the abort are kept"
+    assert r["baseline_restored"] and healthy(local_engine.url)
+    assert flag(argv_on(local_engine.port), "--max-num-seqs") == "2"
+
+
+def test_advisor_killed_mid_run_is_recovered_at_next_start(tmp_path, isolated_store):
+    with LocalEngine(max_num_seqs=2) as base:
+        dep = write_deployment(base, tmp_path / "dep.yaml", arms="sequential")
+        proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(dep),
+                                 "--mechanism", "max_num_seqs", "--value", "6", "--output", "json"],
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            pid = listener(base.port)
+            if pid and flag(psutil.Process(pid).cmdline(), "--max-num-seqs") == "6" and healthy(base.url):
+                break
+            time.sleep(1)
+        else:
+            proc.kill()
+            pytest.fail("the candidate never took the port")
+        proc.kill()  # SIGKILL: no finally, no restore; the candidate keeps the target port
+        proc.wait()
+        assert flag(argv_on(base.port), "--max-num-seqs") == "6"
+        r = runner.invoke(app, ["recover", "--deployment", str(dep)])
+        assert r.exit_code == 0, r.output
+        assert "baseline restarted" in r.output
+        assert healthy(base.url) and flag(argv_on(base.port), "--max-num-seqs") == "2"
+        again = runner.invoke(app, ["recover", "--deployment", str(dep)])
+        assert "nothing to recover" in again.output
+        # The baseline now runs as a process the launcher started; stop it with the engine fixture's port.
+        stop_pid(listener(base.port))
+
+
+def test_invalid_value_is_refused_before_anything_starts(tmp_path, isolated_store, local_engine):
+    dep = write_deployment(local_engine, tmp_path / "dep.yaml")
+    cport = yaml.safe_load(dep.read_text())["local"]["candidate_port"]
+    r = runner.invoke(app, ["experiment", "--deployment", str(dep), "--mechanism", "max_num_seqs", "--value", "-1"])
+    assert r.exit_code == 2 and "max_num_seqs: -1 is not allowed" in r.output
+    assert listener(cport) is None
+    assert not (isolated_store / "data" / "experiments").exists(), "no journal, no lock: nothing started"
