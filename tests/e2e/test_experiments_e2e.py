@@ -68,7 +68,7 @@ def test_prefix_caching_on_improves_ttft_with_shared_prefixes(tmp_path, isolated
 
 def test_max_num_seqs_raised_under_a_queue_improves_ttft(tmp_path, local_engine, isolated_store):
     dep = write_deployment(local_engine, tmp_path / "dep.yaml")
-    code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "8", "--readout", "ttft_p50")
+    code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "8", "--readout", "ttft_p50", "--blocks", "6")
     assert code == 0, r
     assert r["verdict"] == "improved", (r["ratio"], r["ci"], r["blocks"])
     assert r["ci"][1] < 1
@@ -77,7 +77,7 @@ def test_max_num_seqs_raised_under_a_queue_improves_ttft(tmp_path, local_engine,
 
     with open_store(os.environ["ADVISOR_DB_URL"]) as store:
         runs = store.list_load_runs(limit=100)
-        assert len(runs) == 8, "every block's samples are stored"
+        assert len(runs) == 12, "every block's samples are stored"
 
 
 def test_a_a_gives_no_verdict_of_difference(local_engine, tmp_path, isolated_store):

@@ -70,6 +70,10 @@ def main(argv=None) -> None:
             if args.fail_after is not None and n > args.fail_after:
                 return self._json(args.status, {"error": {"message": "overloaded", "code": args.status}})
             tokens = int(body.get("max_tokens", args.tokens))
+            if not body.get("stream"):
+                return self._json(200, {"choices": [{"index": 0, "text": "x" * tokens,
+                                                     "logprobs": {"tokens": ["x"] * tokens}}],
+                                        "usage": {"completion_tokens": tokens}})
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
