@@ -100,6 +100,8 @@ def main(argv=None) -> None:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
 
+    # The default listen backlog of 5 refuses bursts of connections; a real engine's is larger.
+    ThreadingHTTPServer.request_queue_size = 256
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     try:

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from advisor.loadgen.metrics import summarize
+from advisor.loadgen.metrics import MAX_LAG_P99_S, MIN_ACHIEVED_RATIO, summarize
 from advisor.loadgen.runner import Target, run
 from advisor.workload.plan import plan
 from advisor.workload.spec import Workload
@@ -32,7 +32,10 @@ def test_records_every_chunk_and_metrics():
     rec = r.records[0]
     assert rec.output_tokens == 8 and len(rec.chunk_s) == 8
     assert rec.ttft > 0 and rec.tpot > 0 and rec.e2e >= rec.ttft
-    assert s.generator.valid and s.generator.planned_rate == pytest.approx(50, rel=0.01)
+    g = s.generator
+    assert g.planned_rate == pytest.approx(50, rel=0.01) and g.lag_p50_s is not None
+    # Validity depends on how busy this machine is; that it follows its stated rule does not.
+    assert g.valid == (g.lag_p99_s <= MAX_LAG_P99_S and g.achieved_ratio >= MIN_ACHIEVED_RATIO)
 
 
 def test_http_errors_mid_run_are_counted_and_earlier_results_kept():
@@ -80,3 +83,12 @@ def test_warmup_is_excluded():
         r = go(url, workload(requests=40))
     s = summarize(r, warmup_s=0.4)
     assert s.overall.requests == sum(1 for x in r.records if x.scheduled_s >= 0.4) < 40
+
+
+def test_a_generator_that_falls_behind_is_invalid_and_says_why():
+    from advisor.loadgen.runner import Run
+    from advisor.loadgen.record import RequestRecord
+
+    recs = [RequestRecord(i, "b", 10, 8, scheduled_s=i * 0.01, sent_s=i * 0.01 + 0.2, status="ok") for i in range(50)]
+    s = summarize(Run(records=recs, started_at=0, wall_s=1, planned_span_s=0.49))
+    assert not s.generator.valid and "scheduling lag p99 200 ms" in s.generator.why_invalid
