@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import logging
 import sys
 from enum import Enum
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from advisor.cli._app import app
-from advisor.cli._common import (EXIT_FAILED, EXIT_FOUND, EXIT_OK, At, Engine, EngineUrl, Model, Output, PromUrl,
+from advisor.cli._common import (EXIT_FOUND, EXIT_OK, At, Engine, EngineUrl, Model, PromUrl,
     ReportFormat, Window, err, fail, out, take_snapshot)
 from advisor.settings import get_settings
 

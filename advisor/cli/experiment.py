@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from advisor.cli._app import app
-from advisor.cli._common import EXIT_FAILED, EXIT_OK, Output, err, fail, out
+from advisor.cli._common import EXIT_OK, Output, err, fail, out
 from advisor.settings import get_settings
 
 Deployment = Annotated[Path, typer.Option("--deployment", help="Deployment YAML: engine, model, launcher (local: command, args, env, port; endpoints: baseline and candidate URLs).")]

@@ -11,7 +11,7 @@ import httpx
 import typer
 
 from advisor.cli._app import app
-from advisor.cli._common import EXIT_FAILED, EXIT_OK, Output, err, fail, out
+from advisor.cli._common import EXIT_OK, Output, err, fail, out
 from advisor.settings import get_settings
 
 

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from advisor.cli._app import app
-from advisor.cli._common import (EXIT_FAILED, EXIT_FOUND, EXIT_OK, At, Engine, EngineUrl, Model, Output, PromUrl,
-    ReportFormat, Window, err, fail, out, take_snapshot)
-from advisor.settings import get_settings
+from advisor.cli._common import (fail, out)
 
 
 rules_app = typer.Typer(help="The rule base: what each rule detects, its evidence, and the settings to change.",

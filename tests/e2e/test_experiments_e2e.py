@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import httpx
 import psutil
 import pytest
 import yaml

@@ -13,7 +13,7 @@ from advisor.experiments.deployment import Deployment
 from advisor.experiments.journal import Busy, Journal, TargetLock
 from advisor.experiments.launchers import LocalLauncher, healthy, listener, stop_pid
 from advisor.experiments.recovery import recover
-from tests.support.servers import ROOT, fake_server, free_port
+from tests.support.servers import ROOT, free_port
 
 
 def deployment(arms: str, port: int, cport: int | None = None) -> Deployment:
