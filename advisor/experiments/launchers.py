@@ -40,6 +40,23 @@ def listener(port: int) -> int | None:
     return None
 
 
+def _gone(proc: psutil.Process) -> bool:
+    # A killed process that is not our child stays a zombie until its own parent reaps it.
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(proc: psutil.Process, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _gone(proc):
+            return True
+        time.sleep(0.2)
+    return _gone(proc)
+
+
 def stop_pid(pid: int, grace: float = 20.0) -> None:
     try:
         proc = psutil.Process(pid)
@@ -47,15 +64,17 @@ def stop_pid(pid: int, grace: float = 20.0) -> None:
     except (psutil.NoSuchProcess, ProcessLookupError):
         return
     # The engine's workers share its process group: signal the group, not just the parent.
-    target = (lambda s: os.killpg(pgid, s)) if pgid == pid else proc.send_signal
-    try:
-        target(signal.SIGTERM)
-        proc.wait(grace)
-    except psutil.TimeoutExpired:
-        target(signal.SIGKILL)
-        proc.wait(10)
-    except (psutil.NoSuchProcess, ProcessLookupError):
-        pass
+    def send(sig: int) -> None:
+        try:
+            os.killpg(pgid, sig) if pgid == pid else proc.send_signal(sig)
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+
+    send(signal.SIGTERM)
+    if not _wait_gone(proc, grace):
+        send(signal.SIGKILL)
+        if not _wait_gone(proc, 10):
+            raise LaunchError(f"process {pid} did not stop")
 
 
 class Launcher(Protocol):

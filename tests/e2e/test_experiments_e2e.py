@@ -121,7 +121,8 @@ def test_advisor_killed_mid_run_is_recovered_at_next_start(tmp_path, isolated_st
         dep = write_deployment(base, tmp_path / "dep.yaml", arms="sequential")
         proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(dep),
                                  "--mechanism", "max_num_seqs", "--value", "6", "--output", "json"],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "advisor.err", "w"),
+                                env=os.environ.copy())
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline:
             pid = listener(base.port)
@@ -130,7 +131,7 @@ def test_advisor_killed_mid_run_is_recovered_at_next_start(tmp_path, isolated_st
             time.sleep(1)
         else:
             proc.kill()
-            pytest.fail("the candidate never took the port")
+            pytest.fail("the candidate never took the port: " + (tmp_path / "advisor.err").read_text()[-3000:])
         proc.kill()  # SIGKILL: no finally, no restore; the candidate keeps the target port
         proc.wait()
         assert flag(argv_on(base.port), "--max-num-seqs") == "6"
