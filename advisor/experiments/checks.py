@@ -5,6 +5,25 @@ from __future__ import annotations
 from advisor.diagnosis.model import Diagnosis
 
 
+BLOCK_REQUESTS = 32
+
+
+def _replay_workload(diag: Diagnosis, say):
+    """The deployment's own traffic shape from the Prometheus the diagnosis read, sized to a block;
+    None (each mechanism's default workload) when there is no telemetry to build it from."""
+    if diag.via != "prometheus":
+        return None
+    from advisor.workload.spec import Workload, WorkloadError
+    from advisor.workload.telemetry import workload_from_prometheus
+
+    try:
+        w = workload_from_prometheus(diag.target, window_s=diag.window_s, at=diag.taken_at)
+    except WorkloadError as e:
+        say(f"experiments use each mechanism's default workload: {e}")
+        return None
+    return Workload.model_validate({**w.model_dump(), "requests": BLOCK_REQUESTS, "duration_s": None})
+
+
 def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
     """Runs the experiments of the top n checks that can be tested here (not held back, not already
     in the candidate state, supported by the engine); the others get the reason in `verdict`."""
@@ -15,6 +34,7 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
     from advisor.experiments.setup import DesignError, design
     from advisor.knobs import KnobError
 
+    workload = _replay_workload(diag, say)
     done = 0
     for check in diag.checks:
         if done >= n:
@@ -29,8 +49,8 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
             continue
         say(f"experiment for check #{check.rank} {check.rule_id}/{check.id}: {check.mechanism}")
         try:
-            result = run_experiment(dep, check.mechanism, None, None, blocks=4, block_requests=32, concurrency=8,
-                                    readout_signal=check.readout, dry_run=False, save=True)
+            result = run_experiment(dep, check.mechanism, None, workload, blocks=4, block_requests=BLOCK_REQUESTS,
+                                    concurrency=8, readout_signal=check.readout, dry_run=False, save=True)
         except KeyboardInterruptWithResult as e:
             result = e.result
         except typer.Exit:
@@ -39,6 +59,7 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
         check.verdict = {"verdict": result.verdict, "primary_metric": result.primary_metric,
                          "ratio": result.ratio, "ci": list(result.ci) if result.ci else None,
                          "value": result.value, "experiment": result.id, "status": result.status,
+                         "fails_means": result.fails_means, "workload": result.manifest.get("workload", {}).get("source"),
                          "baseline_restored": result.baseline_restored, "manifest": result.manifest,
                          "metrics": [m.model_dump(mode="json") for m in result.metrics]}
         done += 1

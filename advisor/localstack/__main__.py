@@ -39,9 +39,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--window", type=int, default=60, help="probe window in seconds (default 60)")
     p.add_argument("--max-num-seqs", type=int, default=2, help="engine admission limit (default 2)")
     p.add_argument("--requests", type=int, default=24, help="requests per traffic round (default 24)")
-    p.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
-    p.add_argument("--prompt-words", type=int, default=600, help="prompt length in words (default 600)")
-    p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
+    p.add_argument("--concurrency", type=int, default=24, help="requests in flight (default 24)")
+    p.add_argument("--prompt-words", type=int, default=800, help="prompt length in words (default 800)")
+    p.add_argument("--max-tokens", type=int, default=32, help="output tokens per request (default 32)")
     p.add_argument("--no-experiment", action="store_true", help="diagnose only; skip the A/B experiment")
     return p.parse_args(argv)
 

@@ -21,7 +21,9 @@ def render(d: Diagnosis, console: Console) -> None:
     for f in d.findings:
         console.print(f"\n[{COLOR[f.severity]}]{f.severity.upper()}[/] [bold]{f.rule_id} {f.symptom}[/]  [dim]layer: {f.layer}[/]")
         for ev in f.evidence:
-            console.print(f"  • {ev.text}  [dim]{ev.source[:90]}[/]", highlight=False)
+            console.print(f"  • {ev.text}", highlight=False)
+            if ev.source:
+                console.print(f"    [dim]{ev.source}[/]", highlight=False)
     if d.findings:
         t = Table(title="\nChecks, in the order to make them", show_edge=False, title_justify="left")
         for col in ("#", "check", "mechanism", "score", "why this rank"):
@@ -40,6 +42,10 @@ def render(d: Diagnosis, console: Console) -> None:
                               f"[bold]{v['verdict'].upper()}[/] on {v['primary_metric']}, candidate/baseline {ratio}, "
                               f"95% CI {ci}; {v['status']}, baseline restored: {v['baseline_restored']}  [dim]{v['experiment']}[/]",
                               highlight=False)
+                if v.get("workload"):
+                    console.print(f"  [dim]workload: {v['workload']}[/]", highlight=False)
+                if v["verdict"] in ("regressed", "no change") and v.get("fails_means"):
+                    console.print(f"  if it fails, it means: {v['fails_means']}", highlight=False)
             elif c.verdict and "skipped" in c.verdict and c.rank <= 3:
                 console.print(f"[dim]check #{c.rank} not tested: {c.verdict['skipped']}[/]", highlight=False)
     if d.not_evaluated:
