@@ -5,7 +5,8 @@ from __future__ import annotations
 from advisor.diagnosis.model import Diagnosis
 
 
-BLOCK_REQUESTS = 32
+BLOCK_REQUESTS = 48
+BLOCKS_PER_ARM = 6  # blocks replaying telemetry are short: more of them buy power cheaply
 
 
 def _replay_workload(diag: Diagnosis, say):
@@ -49,7 +50,7 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
             continue
         say(f"experiment for check #{check.rank} {check.rule_id}/{check.id}: {check.mechanism}")
         try:
-            result = run_experiment(dep, check.mechanism, None, workload, blocks=4, block_requests=BLOCK_REQUESTS,
+            result = run_experiment(dep, check.mechanism, None, workload, blocks=BLOCKS_PER_ARM, block_requests=BLOCK_REQUESTS,
                                     concurrency=8, readout_signal=check.readout, dry_run=False, save=True)
         except KeyboardInterruptWithResult as e:
             result = e.result
