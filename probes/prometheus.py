@@ -1,4 +1,10 @@
-"""The Prometheus probe: every signal as PromQL over a window, in aggregate and per replica."""
+"""The Prometheus probe: every signal over a window, in aggregate and per replica, from a few queries.
+
+Each dialect's signals read shared primitives (probes/_promql.py: bucket rates, summed rates, gauges
+over the window), fetched in one POSTed query per dialect and breakdown (aggregate, per replica),
+and computed here (probes/_primitives.py) the way Prometheus would compute each signal's own query.
+Engine info (models, config) rides along in the engine's aggregate query.
+"""
 
 from __future__ import annotations
 
@@ -6,48 +12,107 @@ import logging
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from probes import _missing, _promql, _replicas
-from probes.catalog import GPU_DIALECT, Dialect, dialects, detect_engines, signal_unit, signals_for
+from probes import _missing, _primitives, _promql, _replicas
+from probes._promql import Primitive, SignalPlan
+from probes.catalog import GPU_DIALECT, Dialect, detect_engines, dialects, signal_unit, signals_for
 from probes.errors import NotAnEngine, ProbeError, TargetUnreachable
-from probes.snapshot import INTERPOLATED, EngineInfo, GpuDevice, GpuStatus, Signal, Snapshot
+from probes.snapshot import EngineInfo, GpuDevice, GpuStatus, Signal, Snapshot
 
 log = logging.getLogger(__name__)
 
 NO_TRAFFIC = "no traffic in the window"
+NO_SAMPLES = "no samples in the window"
+GAUGE_OPS = ("avg", "max", "share")
+# Labels of an info metric's series that say where it was scraped, not how the engine is configured.
+NOT_CONFIG = {"__name__", "instance", "job", "pod", "engine", "namespace", _promql.PART_LABEL}
+# Answers to a POST that mean "this endpoint takes no POST": switch to GET.
+POST_REFUSED = (405, 501)
+
+
+class _Rejected(ProbeError):
+    """Prometheus (or a proxy before it) answered a query with an HTTP error status."""
+
+    def __init__(self, message: str, status: int, detail: str):
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+
+
+class _CountingRetry(Retry):
+    """urllib3's Retry that reports each retry it grants: each one is another HTTP request."""
+
+    on_retry = None
+
+    def increment(self, *args, **kwargs):
+        new = super().increment(*args, **kwargs)  # raises when no retry is left
+        if type(self).on_retry:
+            type(self).on_retry()
+        return new
 
 
 class _Client:
-    """prometheus-api-client with a short retry, a query counter, and our error types."""
+    """Instant queries POSTed as a form (no URL length limit), a short retry, a count of every
+    HTTP request (retries included), and our error types."""
 
     def __init__(self, url: str, timeout: float):
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.queries = 0
+        self.method = "POST"
+        self.notes: list[str] = []
         self._lock = threading.Lock()
-        self._prom = PrometheusConnect(url=self.url, disable_ssl=True, timeout=timeout,
-                                       retry=Retry(total=1, backoff_factor=0.2, status_forcelist=[502, 503, 504]))
+        retry = type("_Retry", (_CountingRetry,), {"on_retry": staticmethod(self._count)})(
+            total=1, backoff_factor=0.2, status_forcelist=[502, 503, 504],
+            allowed_methods=Retry.DEFAULT_ALLOWED_METHODS | {"POST"})  # a query is a read: retry it alike
+        self._session = requests.Session()
+        self._session.verify = False
+        # PrometheusConnect mounts the retrying adapter on the session. Its own POST (0.7.x) still
+        # puts the query in the URL, so queries are posted as a form body on the same session.
+        self._prom = PrometheusConnect(url=self.url, disable_ssl=True, timeout=timeout, retry=retry,
+                                       session=self._session, method="POST")
 
     def _count(self) -> None:
         with self._lock:
             self.queries += 1
 
-    def query(self, promql: str, at: datetime | None) -> list[dict]:
-        self._count()
-        params = {"time": f"{at.timestamp():.3f}"} if at else None
+    def _send(self, form: dict) -> requests.Response:
+        endpoint = f"{self.url}/api/v1/query"
         try:
-            return self._prom.custom_query(promql, params=params)
+            if self.method == "POST":
+                self._count()
+                resp = self._session.post(endpoint, data=form, timeout=self.timeout)
+                if resp.status_code not in POST_REFUSED:
+                    return resp
+                with self._lock:
+                    if self.method == "POST":
+                        self.method = "GET"
+                        self.notes.append(f"Prometheus at {self.url} refused a POST (HTTP {resp.status_code}); "
+                                          "queries went by GET")
+            self._count()
+            return self._session.get(endpoint, params=form, timeout=self.timeout)
         except requests.exceptions.RequestException as e:
             raise TargetUnreachable(f"Prometheus at {self.url} is unreachable: {type(e).__name__}") from e
-        except PrometheusApiClientException as e:
-            raise ProbeError(f"Prometheus rejected a query ({str(e)[:200]}): {promql}") from e
-        except ValueError as e:  # a 200 that is not JSON: not a Prometheus
-            raise ProbeError(f"{self.url} does not answer like a Prometheus server: {e}") from e
+
+    def query(self, promql: str, at: datetime | None) -> list[dict]:
+        form = {"query": promql}
+        if at:
+            form["time"] = f"{at.timestamp():.3f}"
+        resp = self._send(form)
+        if resp.status_code != 200:
+            detail = f"HTTP {resp.status_code}: {_error_text(resp)}"
+            shown = promql if len(promql) <= 400 else f"{promql[:400]}... ({len(promql)} characters)"
+            raise _Rejected(f"Prometheus rejected a query ({detail}): {shown}", resp.status_code, detail)
+        try:
+            return resp.json()["data"]["result"]
+        except (ValueError, KeyError, TypeError) as e:  # a 200 that is not a Prometheus answer
+            raise ProbeError(f"{self.url} does not answer like a Prometheus server: {str(e)[:200]}") from e
 
     def metric_names(self) -> set[str]:
         self._count()
@@ -59,76 +124,161 @@ class _Client:
             raise ProbeError(f"{self.url} does not answer like a Prometheus server: {str(e)[:200]}") from e
 
 
-def _value(row: dict) -> float:
+def _error_text(resp: requests.Response) -> str:
+    """Prometheus' own error message where the body is its JSON, else the start of the body."""
     try:
-        return float(row["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return math.nan
+        said = resp.json().get("error")
+    except (ValueError, AttributeError):
+        said = None
+    return str(said or resp.text.strip() or resp.reason or "no message")[:200]
 
 
-def _signal(name: str, v: float, window_s: float, source: str, why_nan: str, note: str | None) -> Signal:
-    unit = signal_unit(name)
-    if math.isfinite(v):
-        return Signal(name=name, value=v, unit=unit, window_s=window_s, source=source, note=note)
-    why = why_nan if math.isnan(v) else "infinite: the quantile lies in the +Inf bucket"
-    return Signal(name=name, unit=unit, window_s=window_s, source=source, missing=why)
+@dataclass
+class _Breakdown:
+    """One dialect's signals in aggregate (by=None) or per replica, and the primitives they read."""
+
+    dialect: Dialect
+    by: list[str] | None
+    plans: dict[str, SignalPlan]
+    extra: list[Primitive] = field(default_factory=list)  # engine info, aggregate only
+
+    @property
+    def prims(self) -> list[Primitive]:
+        return list(dict.fromkeys([*_promql.primitives(list(self.plans.values())), *self.extra]))
+
+    @property
+    def what(self) -> str:
+        return f"{self.dialect.engine} {'per-replica' if self.by else 'aggregate'}"
 
 
-def _signals_for_dialect(client: _Client, dialect: Dialect, available: set[str], model: str | None,
-                         window_s: float, at: datetime | None, pool: ThreadPoolExecutor,
-                         per_replica: bool) -> tuple[dict[str, Signal], dict[tuple, dict[str, Signal]]]:
-    aggregate: dict[str, Signal] = {}
-    replicas: dict[tuple, dict[str, Signal]] = {}
-    jobs = []
+def _plan(dialect: Dialect, available: set[str], model: str | None, window_s: float,
+          per_replica: bool) -> tuple[dict[str, Signal], list[_Breakdown]]:
+    """Signals the target cannot give (not exposed), and the breakdowns to fetch for the others."""
+    missing: dict[str, Signal] = {}
+    resolved: dict[str, list[str]] = {}
     for name, sdef in signals_for(dialect).items():
         names = [dialect.resolve(o, available) for o in sdef.operands()]
         if None in names:
             wanted = " / ".join(dialect.metrics[o].names[0] for o, n in zip(sdef.operands(), names) if n is None)
-            aggregate[name] = Signal(name=name, unit=signal_unit(name), window_s=window_s,
-                                     source=wanted, missing=f"not exposed by the target ({wanted})")
-            continue
-        q = _promql.build(sdef, dialect, names, model, window_s)
-        jobs.append((name, sdef, None, q, pool.submit(client.query, q, at)))
-        if per_replica and dialect.replica_labels:
-            qr = _promql.build(sdef, dialect, names, model, window_s, by=dialect.replica_labels)
-            jobs.append((name, sdef, "r", qr, pool.submit(client.query, qr, at)))
-    for name, sdef, kind, q, fut in jobs:
-        rows = fut.result()
-        gauge = sdef.op in ("avg", "max", "share")
-        why_nan = "no samples in the window" if gauge else NO_TRAFFIC
-        note = INTERPOLATED if sdef.op == "quantile" else None
-        if kind is None:
-            if not rows:
-                why = "no series in the window" + (f" for model {model!r}" if model else "")
-                aggregate[name] = Signal(name=name, unit=signal_unit(name), window_s=window_s, source=q, missing=why)
-            else:
-                aggregate[name] = _signal(name, _value(rows[0]), window_s, q, why_nan, note)
-            continue
-        for row in rows:
-            labels = row.get("metric", {})
-            key = tuple((k, labels[k]) for k in dialect.replica_labels if labels.get(k))
-            replicas.setdefault(key, {})[name] = _signal(name, _value(row), window_s, q, why_nan, note)
-    return aggregate, replicas
+            missing[name] = Signal(name=name, unit=signal_unit(name), window_s=window_s, source=wanted,
+                                   missing=f"not exposed by the target ({wanted})")
+        else:
+            resolved[name] = names
+
+    def plans(by: list[str] | None) -> dict[str, SignalPlan]:
+        return {name: _promql.plan_signal(name, signals_for(dialect)[name], dialect, names, model, window_s, by)
+                for name, names in resolved.items()}
+
+    out = [_Breakdown(dialect, None, plans(None))]
+    if per_replica and dialect.replica_labels:
+        out.append(_Breakdown(dialect, list(dialect.replica_labels), plans(dialect.replica_labels)))
+    return missing, out
 
 
-def _engine_info(client: _Client, dialect: Dialect, model: str | None, window_s: float,
-                 at: datetime | None) -> EngineInfo:
+def _fetch(client: _Client, breakdowns: list[_Breakdown], at: datetime | None,
+           pool: ThreadPoolExecutor) -> tuple[dict[Primitive, list[dict]], list[str]]:
+    """The rows of every primitive: one query per breakdown (its primitives tagged and OR-ed), in
+    parallel. Where Prometheus refuses a combined query with a 4xx (too long, or a construct it
+    does not support), its primitives are asked one by one, and a note says so."""
+    rows: dict[Primitive, list[dict]] = {}
+    notes: list[str] = []
+    jobs = [(b, b.prims) for b in breakdowns]
+    futures = [(b, prims, pool.submit(_combined, client, prims, at)) for b, prims in jobs if prims]
+    one_by_one: list[Primitive] = []
+    for b, prims, fut in futures:
+        try:
+            rows.update(fut.result())
+        except _Rejected as e:
+            if len(prims) == 1 or not 400 <= e.status < 500:
+                raise
+            notes.append(f"Prometheus refused the combined {b.what} query of {len(prims)} expressions "
+                         f"({e.detail}); asked for them one by one")
+            one_by_one += prims
+    singles = [(p, pool.submit(client.query, p.expr, at)) for p in one_by_one]
+    for p, fut in singles:
+        rows[p] = fut.result()
+    return rows, notes
+
+
+def _combined(client: _Client, prims: list[Primitive], at: datetime | None) -> dict[Primitive, list[dict]]:
+    if len(prims) == 1:
+        return {prims[0]: client.query(prims[0].expr, at)}
+    ids = {f"p{i}": p for i, p in enumerate(prims)}
+    out: dict[Primitive, list[dict]] = {p: [] for p in prims}
+    for row in client.query(_promql.combine([(i, p.expr) for i, p in ids.items()]), at):
+        p = ids.get(row.get("metric", {}).get(_promql.PART_LABEL))
+        if p is not None:
+            out[p].append(row)
+    return out
+
+
+def _signal(plan: SignalPlan, v: float, window_s: float, note: str | None) -> Signal:
+    unit = signal_unit(plan.name)
+    if math.isfinite(v):
+        return Signal(name=plan.name, value=v, unit=unit, window_s=window_s, source=plan.source, note=note)
+    if math.isnan(v):
+        why = NO_SAMPLES if plan.sdef.op in GAUGE_OPS else NO_TRAFFIC
+    else:  # quantiles are always finite here (bucket_quantile); a ratio or mean over a zero denominator
+        why = "infinite: a division by zero"
+    return Signal(name=plan.name, unit=unit, window_s=window_s, source=plan.source, missing=why)
+
+
+def _signals(b: _Breakdown, rows: dict[Primitive, list[dict]], model: str | None,
+             window_s: float) -> dict[tuple, dict[str, Signal]]:
+    """Per group (() for the aggregate), each signal. An aggregate signal whose primitives came back
+    empty is missing: no series."""
+    out: dict[tuple, dict[str, Signal]] = {}
+    answers = {p: _primitives.Answer(rows[p], b.by) for p in b.prims}
+    for name, plan in b.plans.items():
+        got = _primitives.compute(plan, [answers[p] for p in plan.prims])
+        if b.by is None and () not in got:
+            why = "no series in the window" + (f" for model {model!r}" if model else "")
+            out.setdefault((), {})[name] = Signal(name=name, unit=signal_unit(name), window_s=window_s,
+                                                  source=plan.source, missing=why)
+            continue
+        for g, (v, note) in got.items():
+            out.setdefault(g, {})[name] = _signal(plan, v, window_s, note)
+    return out
+
+
+def _assemble(breakdowns: list[_Breakdown], rows: dict[Primitive, list[dict]], model: str | None,
+              window_s: float) -> tuple[dict[str, Signal], dict[tuple, dict[str, Signal]]]:
+    """One dialect's aggregate signals, and its signals per replica group."""
+    agg: dict[str, Signal] = {}
+    groups: dict[tuple, dict[str, Signal]] = {}
+    for b in breakdowns:
+        got = _signals(b, rows, model, window_s)
+        if b.by is None:
+            agg.update(got.get((), {}))
+        else:
+            for g, sigs in got.items():
+                groups.setdefault(g, {}).update(sigs)
+    return agg, groups
+
+
+def _info_prims(dialect: Dialect, available: set[str], model: str | None,
+                window_s: float) -> tuple[Primitive | None, dict[str, Primitive]]:
+    """The models query and, per info metric the target exposes, its query (metric name -> query)."""
+    models = _promql.models_expr(dialect, window_s) if dialect.model_label else None
+    infos = {spec.names[0]: _promql.info_expr(dialect, spec, model, window_s) for spec in dialect.info.values()
+             if spec.names[0] in available}
+    return models, infos
+
+
+def _engine_info(dialect: Dialect, models: Primitive | None, infos: dict[str, Primitive],
+                 rows: dict[Primitive, list[dict]]) -> EngineInfo:
     info = EngineInfo(kind=dialect.engine)
-    if dialect.model_label:
-        q = f"count by ({dialect.model_label}) (last_over_time({dialect.detect[0]}[{_promql.duration(window_s)}]))"
-        rows = client.query(q, at)
-        info.models = sorted({r["metric"].get(dialect.model_label, "") for r in rows} - {""})
-    for spec in dialect.info.values():
-        sel = f'{{{dialect.model_label}="{model}"}}' if model and dialect.model_label else ""
-        q = f"last_over_time({spec.names[0]}{sel}[{_promql.duration(window_s)}])"
-        rows = client.query(q, at)
-        if not rows:
+    if models is not None:
+        info.models = sorted({r.get("metric", {}).get(dialect.model_label, "") for r in rows[models]} - {""})
+    for name, prim in infos.items():
+        if not rows[prim]:
             continue
-        configs = [{k: v for k, v in r["metric"].items() if k not in ("__name__", "instance", "job", "pod", "engine", "namespace")} for r in rows]
+        configs = sorted(({k: v for k, v in r.get("metric", {}).items() if k not in NOT_CONFIG} for r in rows[prim]),
+                         key=lambda c: sorted(c.items()))
         info.config = configs[0]
-        info.config_source = f"Prometheus: {q}"
+        info.config_source = f"Prometheus: {prim.expr}"
         if any(c != configs[0] for c in configs[1:]):
-            info.problems.append(f"{spec.names[0]} differs across {len(configs)} replicas; showing the first")
+            info.problems.append(f"{name} differs across {len(configs)} replicas; showing the first")
     return info
 
 
@@ -148,21 +298,33 @@ def probe_prometheus(url: str, window_s: float = 60.0, model: str | None = None,
                     taken_at=at or datetime.now(timezone.utc))
     if len(engines) > 1:
         snap.problems.append(f"several engines found ({', '.join(engines)}); reading {engines[0]}")
+
+    missing, breakdowns = _plan(dialect, available, model, window_s, per_replica)
+    models, infos = _info_prims(dialect, available, model, window_s)
+    breakdowns[0].extra = [p for p in (models, *infos.values()) if p is not None]
+    gpu = dialects()[GPU_DIALECT]
+    gpu_missing: dict[str, Signal] = {}
+    gpu_breakdowns: list[_Breakdown] = []
+    if gpu.detected_in(available):
+        gpu_missing, gpu_breakdowns = _plan(gpu, available, None, window_s, per_replica)
+
     with ThreadPoolExecutor(max_workers=8) as pool:
-        agg, reps = _signals_for_dialect(client, dialect, available, model, window_s, at, pool, per_replica)
-        snap.signals.update(agg)
-        snap.replicas = _replicas.fold(reps)
-        gpu = dialects()[GPU_DIALECT]
-        if gpu.detected_in(available):
-            gagg, gdev = _signals_for_dialect(client, gpu, available, None, window_s, at, pool, per_replica)
-            snap.signals.update(gagg)
-            snap.gpu = GpuStatus(available=True, source="dcgm-exporter via Prometheus", devices=[
-                GpuDevice(index=i, name="/".join(v for _, v in k), labels=dict(k), signals=s)
-                for i, (k, s) in enumerate(sorted(gdev.items()))])
-        else:
-            snap.gpu = GpuStatus(available=False, source="dcgm-exporter via Prometheus",
-                                 reason="no DCGM exporter metrics in this Prometheus")
-        snap.engine = _engine_info(client, dialect, model, window_s, at)
+        rows, notes = _fetch(client, breakdowns + gpu_breakdowns, at, pool)
+
+    agg, reps = _assemble(breakdowns, rows, model, window_s)
+    snap.signals.update({**missing, **agg})
+    snap.replicas = _replicas.fold(reps)
+    if gpu_breakdowns:
+        gagg, gdev = _assemble(gpu_breakdowns, rows, None, window_s)
+        snap.signals.update({**gpu_missing, **gagg})
+        snap.gpu = GpuStatus(available=True, source="dcgm-exporter via Prometheus", devices=[
+            GpuDevice(index=i, name="/".join(v for _, v in k), labels=dict(k), signals=s)
+            for i, (k, s) in enumerate(sorted(gdev.items()))])
+    else:
+        snap.gpu = GpuStatus(available=False, source="dcgm-exporter via Prometheus",
+                             reason="no DCGM exporter metrics in this Prometheus")
+    snap.engine = _engine_info(dialect, models, infos, rows)
+    snap.problems += client.notes + notes
     _missing.fill(snap.signals, dialect.engine, snap.gpu.reason, window_s)
     snap.queries = client.queries
     return snap

@@ -24,11 +24,14 @@ def body(api: str, model: str, prompt: str, max_tokens: int, extra: dict | None 
 
 
 def _tokens_in(chunk: dict, api: str) -> bool:
+    """Whether a chunk carries a generated token. As vLLM bench counts them: every chunk with a
+    choice is one, even when its text is "" (special tokens, bytes the detokenizer holds back);
+    only chat's opening role-only delta and the usage-only chunk carry none."""
     for choice in chunk.get("choices") or []:
-        if api == "chat":
-            if (choice.get("delta") or {}).get("content"):
-                return True
-        elif choice.get("text"):
+        if api != "chat":
+            return "text" in choice
+        delta = choice.get("delta") or {}
+        if delta.get("content") or ("content" in delta and "role" not in delta) or choice.get("finish_reason"):
             return True
     return False
 

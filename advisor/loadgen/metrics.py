@@ -79,9 +79,16 @@ class Summary(BaseModel):
     aborted: str | None = None
 
 
+def _meets(r: RequestRecord, slo: SLO) -> bool:
+    """Missing data never meets an SLO; TPOT is undefined (and so not judged) for one-token outputs."""
+    if r.ttft is None or r.e2e is None or r.ttft > slo.ttft_p95 or r.e2e > slo.e2e_p99:
+        return False
+    return r.output_tokens < 2 or (r.tpot is not None and r.tpot <= slo.tpot_p95)
+
+
 def _stats(recs: list[RequestRecord], slo: SLO, seconds: float) -> Stats:
     ok = [r for r in recs if r.status == "ok"]
-    good = [r for r in ok if (r.ttft or 0) <= slo.ttft_p95 and (r.tpot or 0) <= slo.tpot_p95 and (r.e2e or 0) <= slo.e2e_p99]
+    good = [r for r in ok if _meets(r, slo)]
     per_s = (lambda x: x / seconds) if seconds > 0 else (lambda x: None)
     return Stats(
         requests=len([r for r in recs if r.status != "not_sent"]), ok=len(ok),

@@ -39,7 +39,7 @@ class Target:
 async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int, str], *,
               concurrency: int | None = None, duration_s: float | None = None,
               progress: Progress | None = None, should_abort: Callable[[], str | None] | None = None,
-              max_in_flight: int = 4096, transport: httpx.AsyncBaseTransport | None = None) -> Run:
+              max_in_flight: int = 1024, transport: httpx.AsyncBaseTransport | None = None) -> Run:
     """Send `requests` (open loop by their at_s, or closed loop with `concurrency` slots)."""
     url = target.url.rstrip("/")
     records = [RequestRecord(r.index, r.bucket, r.prompt_tokens, r.output_tokens, r.at_s,

@@ -67,7 +67,7 @@ def test_prometheus_down_mid_run_exits_2_and_saves_nothing(tmp_path, local_prome
     now = time.time()
     backfill(scrape_history(now - 600), data)
     prom = local_prometheus([], data_dir=data)
-    proxy = KillAfter(prom, after=5)
+    proxy = KillAfter(prom, after=2)  # the probe asks few, large queries: stop Prometheus after the first
     db = f"sqlite:///{tmp_path / 'advisor.db'}"
     monkeypatch.setenv("ADVISOR_DB_URL", db)
     from advisor.settings import get_settings
@@ -79,7 +79,7 @@ def test_prometheus_down_mid_run_exits_2_and_saves_nothing(tmp_path, local_prome
         get_settings.cache_clear()
     assert r.exit_code == 2, r.output
     assert "error:" in r.output and "Traceback" not in r.output
-    assert proxy.seen >= 5
+    assert proxy.seen >= 2
     with open_store(db) as store:
         assert store.list_diagnoses() == []
 

@@ -128,6 +128,24 @@ def test_combine_tags_every_part_and_ors_them():
                  'label_replace(sum by (le) (rate(b_bucket[60s])), "__advisor_part", "p1", "", "")')
     with pytest.raises(ValueError):
         _promql.combine([("p0", "a"), ("p0", "b")])
+    assert _promql.combine([("x", "a")]) == 'label_replace(a, "__advisor_part", "x", "", "")'
+
+
+def test_combine_nests_the_ors_as_a_balanced_tree():
+    def t(i):
+        return f'label_replace(e{i}, "__advisor_part", "p{i}", "", "")'
+    parts = [(f"p{i}", f"e{i}") for i in range(5)]
+    assert _promql.combine(parts) == f"(({t(0)} or {t(1)}) or {t(2)}) or ({t(3)} or {t(4)})"
+    # every part once, and no deeper than log2 of the parts
+    q = _promql.combine([(f"p{i}", f"e{i}") for i in range(40)])
+    for i in range(40):
+        assert q.count(t(i)) == 1
+        q = q.replace(t(i), "x")
+    depth = deepest = 0
+    for c in q:
+        depth += (c == "(") - (c == ")")
+        deepest = max(deepest, depth)
+    assert depth == 0 and deepest == 5  # 40 parts: a tree of depth ceil(log2 40) = 6, the root unbracketed
 
 
 def test_info_queries():
@@ -146,17 +164,17 @@ def row(value, **labels):
 def test_quantile_beyond_the_last_finite_bucket_says_so():
     plan = plans()["ttft_p99"]
     rows = [row(0, le="1.0"), row(1, le="2.5"), row(10, le="+Inf")]
-    (v, note), = _primitives.compute(plan, [rows], None).values()
+    (v, note), = _primitives.compute(plan, [_primitives.Answer(rows, None)]).values()
     assert v == 2.5 and note == "beyond the highest finite bucket (2.5): a lower bound"
     inside = [row(5, le="1.0"), row(10, le="2.5"), row(10, le="+Inf")]
-    (v, note), = _primitives.compute(plans()["ttft_p50"], [inside], None).values()
+    (v, note), = _primitives.compute(plans()["ttft_p50"], [_primitives.Answer(inside, None)]).values()
     assert v == 1.0 and note == INTERPOLATED
 
 
 def test_quantile_per_replica_groups_by_the_replica_labels():
     plan = plans(by=REPLICA)["ttft_p50"]
     rows = [row(1, le="1.0", pod="a"), row(2, le="+Inf", pod="a"), row(0, le="1.0", pod="b"), row(2, le="+Inf", pod="b")]
-    got = _primitives.compute(plan, [rows], REPLICA)
+    got = _primitives.compute(plan, [_primitives.Answer(rows, REPLICA)])
     assert set(got) == {(("pod", "a"),), (("pod", "b"),)}
     assert got[(("pod", "a"),)][0] == 1.0  # rank 1 of 2 sits at the top of the first bucket
 
@@ -165,19 +183,15 @@ def test_divisions_match_one_to_one_and_zero_over_zero_is_nan():
     plan = plans(by=REPLICA)["error_rate"]
     num = [row(1, pod="a"), row(0, pod="b"), row(0, pod="c")]
     den = [row(4, pod="a"), row(0, pod="b")]
-    got = _primitives.compute(plan, [num, den], REPLICA)
+    got = _primitives.compute(plan, [_primitives.Answer(num, REPLICA), _primitives.Answer(den, REPLICA)])
     assert got[(("pod", "a"),)][0] == 0.25
     assert math.isnan(got[(("pod", "b"),)][0])
     assert (("pod", "c"),) not in got  # no denominator series: no result, as `a / b` in PromQL
 
 
-def test_rows_of_another_part_label_are_not_labels():
-    assert _primitives.labels_of({"metric": {"__advisor_part": "p3", "pod": "a"}}) == {"pod": "a"}
-
-
 # --- HTTP: a fake Prometheus that answers each primitive from a table ------------------------------
 
-PART = re.compile(r'^label_replace\((.*), "__advisor_part", "([^"]+)", "", ""\)$')
+PART = re.compile(r'label_replace\((.*?), "__advisor_part", "([^"]+)", "", ""\)')
 
 
 class FakeProm:
@@ -219,8 +233,8 @@ class FakeProm:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def evaluate(self, query: str) -> list[dict]:
-        parts = [PART.match(p) for p in query.split(" or ")]
-        if not all(parts):
+        parts = list(PART.finditer(query))
+        if not parts:
             return list(self.table.get(query, []))
         return [{**r, "metric": {**r["metric"], "__advisor_part": m.group(2)}}
                 for m in parts for r in self.table.get(m.group(1), [])]
@@ -282,7 +296,7 @@ def test_one_combined_query_per_breakdown(fake):
     queries = prom.queries()
     # metric names, then the engine's aggregate (with its info) and per-replica queries: 3 requests
     assert len(prom.seen) == snap.queries == 3
-    assert len(queries) == 2 and all(q.startswith("label_replace(") for q in queries)
+    assert len(queries) == 2 and all(" or " in q and PART.search(q) for q in queries)
     assert all(m == "POST" for m, _, f in prom.seen if "query" in f)
     s = snap.signals
     assert s["request_rate"].value == 3 and s["e2e_mean"].value == 4
