@@ -51,15 +51,15 @@ def test_prefix_caching_on_improves_ttft_with_shared_prefixes(tmp_path, isolated
     with LocalEngine(max_num_seqs=4, extra_args=["--no-enable-prefix-caching"]) as base:
         dep = write_deployment(base, tmp_path / "dep.yaml")
         code, r = experiment(dep, "--mechanism", "prefix_caching", "--value", "true", "--readout", "ttft_p50",
-                             "--blocks", "4", "--concurrency", "4")
+                             "--blocks", "6", "--concurrency", "4")
         assert code == 0 and r["status"] == "finished"
         assert r["verdict"] == "improved", (r["ratio"], r["ci"], [m["reason"] for m in r["metrics"]])
         lo, hi = r["ci"]
         assert lo <= r["ratio"] <= hi < 1
         assert r["manifest"]["candidate_argv"].count("--enable-prefix-caching") == 1
         assert "--no-enable-prefix-caching" not in r["manifest"]["candidate_argv"]
-        assert r["manifest"]["per_arm"] == {"baseline": {"blocks": 4, "requests": 128},
-                                            "candidate": {"blocks": 4, "requests": 128}}
+        assert r["manifest"]["per_arm"] == {"baseline": {"blocks": 6, "requests": 192},
+                                            "candidate": {"blocks": 6, "requests": 192}}
         assert r["baseline_restored"] and healthy(base.url)
         assert "--no-enable-prefix-caching" in argv_on(base.port)
         assert listener(yaml.safe_load(dep.read_text())["local"]["candidate_port"]) is None, "candidate stopped"

@@ -9,7 +9,7 @@ from tests.e2e.conftest import settle, utcnow
 
 
 def test_engine_probe_sees_the_queue(local_engine, background):
-    background.start(local_engine.url, requests=10_000, duration_s=20, concurrency=8, prompt_words=400, max_tokens=32)
+    background.start(local_engine.url, requests=10_000, duration_s=20, concurrency=16, prompt_words=800, max_tokens=32)
     snap = probe_engine(local_engine.url, window_s=15)
     results = background.join()
     assert results[0].errors == 0, results[0].first_error
@@ -18,7 +18,7 @@ def test_engine_probe_sees_the_queue(local_engine, background):
     assert snap.engine.config.get("enable_prefix_caching") in ("True", "False")
     for name in ("ttft_p50", "ttft_p95", "tpot_p50", "request_rate", "generation_tokens_per_s"):
         assert s[name].value and s[name].value > 0, (name, s[name].missing)
-    assert s["requests_waiting_max"].value > 0, "8 concurrent requests behind --max-num-seqs 2 must queue"
+    assert s["requests_waiting_max"].value > 0, "16 concurrent requests behind --max-num-seqs 2 must queue"
     assert s["requests_running_max"].value <= 2
     assert snap.gpu and not snap.gpu.available and "NVIDIA" in snap.gpu.reason
 
