@@ -34,6 +34,10 @@ GAUGE_OPS = ("avg", "max", "share")
 NOT_CONFIG = {"__name__", "instance", "job", "pod", "engine", "namespace", _promql.PART_LABEL}
 # Answers to a POST that mean "this endpoint takes no POST": switch to GET.
 POST_REFUSED = (405, 501)
+# Answers to a combined query that asking its parts one by one can get around: a parse or execution
+# error (a construct the server lacks, too many samples for one query) or a body or URL too long.
+# Not 401/403/404: every part would be refused alike.
+SPLIT_ON = (400, 413, 414, 422, 431)
 
 
 class _Rejected(ProbeError):
@@ -178,8 +182,9 @@ def _plan(dialect: Dialect, available: set[str], model: str | None, window_s: fl
 def _fetch(client: _Client, breakdowns: list[_Breakdown], at: datetime | None,
            pool: ThreadPoolExecutor) -> tuple[dict[Primitive, list[dict]], list[str]]:
     """The rows of every primitive: one query per breakdown (its primitives tagged and OR-ed), in
-    parallel. Where Prometheus refuses a combined query with a 4xx (too long, or a construct it
-    does not support), its primitives are asked one by one, and a note says so."""
+    parallel. Where Prometheus refuses a combined query with a 4xx that splitting can get around
+    (SPLIT_ON: too long, or a construct it does not support), its primitives are asked one by one,
+    and a note says so."""
     rows: dict[Primitive, list[dict]] = {}
     notes: list[str] = []
     jobs = [(b, b.prims) for b in breakdowns]
@@ -189,7 +194,7 @@ def _fetch(client: _Client, breakdowns: list[_Breakdown], at: datetime | None,
         try:
             rows.update(fut.result())
         except _Rejected as e:
-            if len(prims) == 1 or not 400 <= e.status < 500:
+            if len(prims) == 1 or e.status not in SPLIT_ON:
                 raise
             notes.append(f"Prometheus refused the combined {b.what} query of {len(prims)} expressions "
                          f"({e.detail}); asked for them one by one")

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from probes import _primitives, _promql, probe_prometheus
+from probes import ProbeError, _primitives, _promql, probe_prometheus
 from probes.catalog import dialects, signals_for
 from probes.prometheus import _Client
 from probes.snapshot import INTERPOLATED
@@ -327,6 +327,14 @@ def test_refused_combined_query_is_asked_one_primitive_at_a_time(fake):
     assert snap.engine.models == ["m"]
     assert any("refused the combined vllm aggregate query of 7 expressions (HTTP 400: parse error)" in p
                for p in snap.problems)
+
+
+def test_forbidden_is_not_asked_again_part_by_part(fake):
+    prom = fake(NAMES, table())
+    prom.refuse = lambda method, q: (403, {"status": "error", "error": "forbidden"})
+    with pytest.raises(ProbeError, match=r"rejected a query \(HTTP 403: forbidden\)"):
+        probe_prometheus(prom.url, window_s=60, per_replica=False)
+    assert len(prom.seen) == 2  # the metric names, then the combined query: no query per primitive
 
 
 def test_post_refused_goes_by_get(fake):
