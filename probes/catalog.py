@@ -80,7 +80,7 @@ class SignalDef(BaseModel):
 
 def _load_yaml(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: ~0.3 s less per diagnose
     except yaml.YAMLError as e:
         raise CatalogError(f"{path.name}: not valid YAML: {e}") from e
     if not isinstance(data, dict):

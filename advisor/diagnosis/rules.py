@@ -179,7 +179,7 @@ def load_rules(directory: Path | None = None, overrides: dict | None = None) -> 
     rules, seen = [], {}
     for path in sorted(directory.glob("*.yaml")):
         try:
-            raw = yaml.safe_load(path.read_text())
+            raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as e:
             raise RuleError(f"{path.name}: not valid YAML: {str(e).splitlines()[0]}") from None
         rid = raw.get("id") if isinstance(raw, dict) else None

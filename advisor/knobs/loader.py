@@ -212,7 +212,7 @@ def _known_signals() -> set[str] | None:
 def load_catalog(path: Path = CATALOG) -> tuple[dict[str, Knob], dict[str, dict]]:
     """(knobs by name, engine metadata by engine name)."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         raise CatalogError(f"{path.name}: not valid YAML: {e}") from e
     if not isinstance(raw, dict) or not isinstance(raw.get("knobs"), dict) or not isinstance(raw.get("engines"), dict):
