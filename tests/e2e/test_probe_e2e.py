@@ -18,7 +18,11 @@ def test_engine_probe_sees_the_queue(local_engine, background):
     assert snap.engine.config.get("enable_prefix_caching") in ("True", "False")
     for name in ("ttft_p50", "ttft_p95", "tpot_p50", "request_rate", "generation_tokens_per_s"):
         assert s[name].value and s[name].value > 0, (name, s[name].missing)
-    assert s["requests_waiting_max"].value > 0, "16 concurrent requests behind --max-num-seqs 2 must queue"
+    # 16 concurrent requests behind --max-num-seqs 2 must queue. The waiting gauge is a point reading
+    # that can miss a queue which drains between scrapes (seen in CI); the engine's own queue-time
+    # histogram counts every wait, so either shows the queue.
+    queued = (s["requests_waiting_max"].value or 0) > 0 or (s["queue_time_p95"].value or 0) > 0.1
+    assert queued, (s["requests_waiting_max"], s["queue_time_p95"])
     assert s["requests_running_max"].value <= 2
     assert snap.gpu and not snap.gpu.available and "NVIDIA" in snap.gpu.reason
 
