@@ -25,7 +25,7 @@ def _sigterm_as_interrupt(*_):
 
 
 def run_experiment(dep, mechanism: str, value: str | None, workload, *, blocks: int, block_requests: int,
-                   concurrency: int, readout_signal: str | None, dry_run: bool, save: bool, quiet: bool = False,
+                   concurrency: int | None, readout_signal: str | None, dry_run: bool, save: bool, quiet: bool = False,
                    warmup: int = 16):
     """Shared by `experiment` and `diagnose --experiment`. Returns an ExperimentResult (or the
     plan's lines for a dry run). Raises typer.Exit on bad input."""
@@ -114,7 +114,9 @@ def experiment(
     from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from the deployment's own telemetry in this Prometheus.")] = None,
     blocks: Annotated[int, typer.Option("--blocks", help="Blocks per arm (interleaved A B B A ...); the block is the unit of replication. Medians need 4 for a 95% verdict.")] = 4,
     block_requests: Annotated[int, typer.Option("--block-requests", help="Requests per block (default workload).")] = 32,
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (default workload).")] = 8,
+    concurrency: Annotated[int | None, typer.Option(
+        "--concurrency", help="Requests in flight with the default workload: 8, or for max_num_seqs the "
+                              "candidate's slot count, so that only the baseline queues.")] = None,
     warmup: Annotated[int, typer.Option("--warmup", help="Requests sent to each arm before its first block, not measured.")] = 16,
     readout_signal: Annotated[Optional[str], typer.Option("--readout", help="Primary readout as a signal name (ttft_p95, tpot_p95, e2e_p99...). Default: the mechanism's.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (both arms' argv, workload, blocks, guardrails) and touch nothing.")] = False,

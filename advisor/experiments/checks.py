@@ -51,7 +51,7 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
         say(f"experiment for check #{check.rank} {check.rule_id}/{check.id}: {check.mechanism}")
         try:
             result = run_experiment(dep, check.mechanism, None, workload, blocks=BLOCKS_PER_ARM, block_requests=BLOCK_REQUESTS,
-                                    concurrency=8, readout_signal=check.readout, dry_run=False, save=True)
+                                    concurrency=None, readout_signal=check.readout, dry_run=False, save=True)
         except KeyboardInterruptWithResult as e:
             result = e.result
         except typer.Exit:

@@ -53,8 +53,16 @@ def readout(mechanism: str, override: str | None) -> tuple[str, str]:
     return ("ttft", "p95")
 
 
+def default_concurrency(mechanism: str, value: object) -> int:
+    """8 in flight; for a batch-slot limit, as many as the candidate's slots, so that only the
+    baseline queues and the difference is the queue the knob removes."""
+    if mechanism == "max_num_seqs" and isinstance(value, int) and not isinstance(value, bool):
+        return min(max(8, value), 256)
+    return 8
+
+
 def design(dep: Deployment, mechanism: str, value_text: str | None, workload: Workload | None, *,
-           blocks: int = 4, block_requests: int = 32, concurrency: int = 8, warmup: int = 16,
+           blocks: int = 4, block_requests: int = 32, concurrency: int | None = None, warmup: int = 16,
            readout_signal: str | None = None, seed: int = 0, guardrails: Guardrails | None = None) -> Design:
     """Validates everything (knob, value, engine support) before anything starts."""
     if mechanism not in knobs.KNOBS:
@@ -68,6 +76,8 @@ def design(dep: Deployment, mechanism: str, value_text: str | None, workload: Wo
     cand_args, cand_env = knobs.apply(base_args, mechanism, dep.engine, value)
     if dep.launcher == "local" and cand_args == base_args and not cand_env:
         raise DesignError(f"{mechanism}={value!r} is what the baseline already runs: nothing to compare")
+    if concurrency is None:
+        concurrency = default_concurrency(mechanism, value)
     w = workload or default_workload(mechanism, block_requests, concurrency, seed)
     requests = plan(w)
     knob = knobs.KNOBS[mechanism]

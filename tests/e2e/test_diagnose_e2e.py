@@ -38,7 +38,8 @@ def test_queue_behind_max_num_seqs_is_ttft_high_with_queueing_first(local_engine
 
 def test_long_and_short_generations_mixed_is_a_tail_problem(local_engine, local_prometheus, background):
     # Two streams within the engine's 2 slots, so nothing queues: many short generations and a
-    # few long ones. The median stays fast, the P99 is the long ones.
+    # few long ones (2-10% of requests, by the machine's speed). The median stays fast, the P99
+    # is the long ones, and so is the p99 of generation lengths that points at isolated pools.
     prom = local_prometheus([local_engine.target])
     background.start(local_engine.url, requests=10_000, duration_s=25, concurrency=1, prompt_words=40, max_tokens=4, seed=1)
     background.start(local_engine.url, requests=10_000, duration_s=25, concurrency=1, prompt_words=40, max_tokens=1500, seed=2)
@@ -48,4 +49,5 @@ def test_long_and_short_generations_mixed_is_a_tail_problem(local_engine, local_
     ids = [f["rule_id"] for f in d["findings"]]
     assert "ADV003" in ids and "ADV001" not in ids, (ids, d["not_evaluated"])
     tail = next(f for f in d["findings"] if f["rule_id"] == "ADV003")
-    assert min(tail["checks"], key=lambda c: c["rank"])["id"] == "isolated-pools", tail["checks"]
+    assert min(tail["checks"], key=lambda c: c["rank"])["id"] == "isolated-pools", \
+        [(c["id"], c["rank"], [e["text"] for e in c["evidence"]]) for c in tail["checks"]]

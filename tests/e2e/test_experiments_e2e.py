@@ -67,7 +67,9 @@ def test_prefix_caching_on_improves_ttft_with_shared_prefixes(tmp_path, isolated
 
 def test_max_num_seqs_raised_under_a_queue_improves_ttft(tmp_path, local_engine, isolated_store):
     dep = write_deployment(local_engine, tmp_path / "dep.yaml")
-    code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "8", "--readout", "ttft_p50", "--blocks", "6")
+    # 16 slots against the baseline's 2, at 16 in flight (the default for this knob): only the
+    # baseline queues.
+    code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "16", "--readout", "ttft_p50", "--blocks", "6")
     assert code == 0, r
     assert r["verdict"] == "improved", (r["ratio"], r["ci"], r["blocks"])
     assert r["ci"][1] < 1

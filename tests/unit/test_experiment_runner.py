@@ -118,6 +118,17 @@ def test_dry_run_prints_both_argv_and_touches_nothing(tmp_path, monkeypatch):
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("args, shown", [
+    (["--mechanism", "max_num_seqs", "--value", "32"], "concurrency 32"),
+    (["--mechanism", "max_num_seqs", "--value", "4"], "concurrency 8"),
+    (["--mechanism", "max_num_seqs", "--value", "32", "--concurrency", "12"], "concurrency 12"),
+    (["--mechanism", "prefix_caching", "--value", "true"], "concurrency 8"),
+])
+def test_default_concurrency_lets_only_the_baseline_queue_for_slot_limits(tmp_path, args, shown):
+    r = runner.invoke(app, ["experiment", "--deployment", dep_file(tmp_path), *args, "--dry-run"])
+    assert r.exit_code == 0 and f"closed loop, {shown}," in r.output, r.output
+
+
 @pytest.mark.parametrize("args, message", [
     (["--mechanism", "warp_drive"], "unknown mechanism 'warp_drive'"),
     (["--mechanism", "max_num_seqs", "--value", "2"], "nothing to compare"),
