@@ -13,9 +13,10 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from probes import _replicas
+from probes._primitives import combine
 from probes.catalog import Dialect, SignalDef, signal_unit, signals_for
-from probes.exposition import Labels, Scrape, bucket_quantile
-from probes.snapshot import INTERPOLATED, Replica, Signal
+from probes.exposition import Labels, Scrape
+from probes.snapshot import Replica, Signal
 
 Group = tuple[tuple[str, str], ...]
 NO_TRAFFIC = "no traffic in the window"
@@ -145,38 +146,39 @@ def _source(sdef: SignalDef, dialect: Dialect, resolve) -> str:
 
 
 def _evaluate(view, sdef: SignalDef, names, scrapes, first, last, window) -> dict[Group, tuple[float, str | None, str | None]]:
+    """The signal's operands from the deltas (or the gauge samples), combined as the Prometheus
+    probe combines its rows."""
     key = sdef.metric
     if sdef.op == "quantile":
-        out = {}
-        for g, buckets in _hist_reset_aware(view, key, names[0], first, last).items():
-            v, note = bucket_quantile(sdef.q, buckets)
-            out[g] = (v, None, note or INTERPOLATED)
-        return out
-    if sdef.op in ("mean", "count_rate"):
+        operands = [_hist_reset_aware(view, key, names[0], first, last)]
+    elif sdef.op == "count_rate":
+        operands = [{g: c / window for g, c in _sum_over(view, key, names[0] + "_count", first, last).items()}]
+    elif sdef.op == "mean":
         counts = _sum_over(view, key, names[0] + "_count", first, last)
-        if sdef.op == "count_rate":
-            return {g: (c / window, None, None) for g, c in counts.items()}
         sums = _sum_over(view, key, names[0] + "_sum", first, last)
-        return {g: (sums.get(g, 0.0) / c if c > 0 else math.nan, None, None) for g, c in counts.items()}
-    if sdef.op == "rate":
-        return {g: (d / window, None, None) for g, d in _sum_over(view, key, names[0], first, last).items()}
-    if sdef.op == "ratio":
-        num = _sum_over(view, sdef.num, names[0], first, last)
+        operands = [{g: sums.get(g, 0.0) for g in counts}, counts]
+    elif sdef.op == "rate":
+        operands = [{g: d / window for g, d in _sum_over(view, key, names[0], first, last).items()}]
+    elif sdef.op == "ratio":
+        # A counter with no series in a group counted nothing there.
         den = _sum_over(view, sdef.den, names[1], first, last)
-        return {g: (num.get(g, 0.0) / d if d > 0 else math.nan, None, None) for g, d in den.items()}
-    if sdef.op in ("avg", "max"):
+        num = _sum_over(view, sdef.num, names[0], first, last)
+        operands = [{g: num.get(g, 0.0) for g in den}, den]
+    elif sdef.op in ("avg", "max"):
         series = _gauge_totals(view, key, names[0], scrapes, view.d.metrics[key].across)
-        fn = max if sdef.op == "max" else (lambda xs: sum(xs) / len(xs))
-        return {g: (fn(xs), None, None) for g, xs in series.items() if xs}
-    if sdef.op == "share":
+        fn = max if sdef.op == "max" else _mean
+        operands = [{g: fn(xs) for g, xs in series.items() if xs}]
+    elif sdef.op == "share":
         used = _gauge_totals(view, sdef.num, names[0], scrapes, "sum")
         other = _gauge_totals(view, sdef.other, names[1], scrapes, "sum")
-        out = {}
-        for g, xs in used.items():
-            u, o = sum(xs) / len(xs), sum(other.get(g, [math.nan])) / max(len(other.get(g, [])), 1)
-            out[g] = (u / (u + o) if (u + o) > 0 else math.nan, None, None)
-        return out
-    raise AssertionError(sdef.op)
+        operands = [{g: _mean(xs) for g, xs in used.items()}, {g: _mean(xs) for g, xs in other.items()}]
+    else:
+        raise AssertionError(sdef.op)
+    return {g: (v, None, note) for g, (v, note) in combine(sdef, operands).items()}
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
 
 
 def to_replicas(groups: dict[Group, dict[str, Signal]]) -> list[Replica]:

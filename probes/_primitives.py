@@ -10,6 +10,7 @@ from collections import defaultdict
 from functools import cached_property
 
 from probes._promql import SignalPlan
+from probes.catalog import SignalDef
 from probes.exposition import bucket_quantile
 from probes.snapshot import INTERPOLATED
 
@@ -63,20 +64,26 @@ def _div(a: float, b: float) -> float:
 def compute(plan: SignalPlan, answers: list[Answer]) -> dict[Group, tuple[float, str | None]]:
     """(value, note) per group for one signal, from the answers to plan.prims (in order).
     A group absent from the result had no series; NaN means series without data (no traffic)."""
-    sdef = plan.sdef
+    quantile = plan.sdef.op == "quantile"
+    return combine(plan.sdef, [a.buckets if quantile else a.values for a in answers])
+
+
+def combine(sdef: SignalDef, operands: list[dict]) -> dict[Group, tuple[float, str | None]]:
+    """One signal from its operands per group: (le, count) pairs for a quantile, one number per
+    group otherwise (a rate, a gauge's average or maximum, a sum and a count). Both probes end here,
+    so a signal means the same from Prometheus and from an engine's own /metrics."""
     if sdef.op == "quantile":
         out = {}
-        for g, b in answers[0].buckets.items():
+        for g, b in operands[0].items():
             v, note = bucket_quantile(sdef.q, b)
             out[g] = (v, note or INTERPOLATED)
         return out
-    vals = [a.values for a in answers]
     if sdef.op in ("count_rate", "rate", "avg", "max"):
-        return {g: (v, None) for g, v in vals[0].items()}
+        return {g: (v, None) for g, v in operands[0].items()}
     if sdef.op in ("mean", "ratio"):
-        num, den = vals
+        num, den = operands
         return {g: (_div(v, den[g]), None) for g, v in num.items() if g in den}
     if sdef.op == "share":
-        used, other = vals
+        used, other = operands
         return {g: (_div(v, v + other[g]), None) for g, v in used.items() if g in other}
     raise AssertionError(sdef.op)

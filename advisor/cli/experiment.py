@@ -31,10 +31,11 @@ def run_experiment(dep, mechanism: str, value: str | None, workload, *, blocks: 
     plan's lines for a dry run). Raises typer.Exit on bad input."""
     from advisor.experiments import runner
     from advisor.experiments.journal import Busy, Journal, TargetLock
+    from advisor.experiments.launchers import LaunchError
     from advisor.experiments.recovery import recover
     from advisor.experiments.setup import DesignError, design, launcher_for
     from advisor.knobs import KnobError
-    from advisor.workload.prompts import PromptSizer
+    from advisor.workload.prompts import PromptSizer, PromptSizingError
 
     try:
         d = design(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
@@ -53,17 +54,13 @@ def run_experiment(dep, mechanism: str, value: str | None, workload, *, blocks: 
             if note:
                 err.print(f"[yellow]recovered:[/] {note}")
             launcher = launcher_for(d, journal, directory / "logs")
-            sizer = PromptSizer.for_target(launcher.url("baseline") if dep.launcher == "endpoints" else dep.target_url,
-                                           dep.model, tokenizer=d.workload.tokenizer) \
-                if _serving(dep) else None
-            if sizer is None:
-                from advisor.experiments.launchers import LaunchError
-
-                try:
-                    launcher.bring_up("baseline")
-                except LaunchError as e:
-                    raise fail(str(e)) from None
-                sizer = PromptSizer.for_target(dep.target_url, dep.model, tokenizer=d.workload.tokenizer)
+            try:
+                # Prompts are sized in the baseline's own tokens, so it serves first.
+                base_url = launcher.bring_up("baseline")
+                sizer = PromptSizer.for_target(base_url, dep.model, tokenizer=d.workload.tokenizer)
+            except (LaunchError, PromptSizingError) as e:
+                _leave_as_found(launcher, say)
+                raise fail(str(e)) from None
             save_block = None
             if save:
                 from advisor.store import open_store
@@ -92,11 +89,13 @@ def run_experiment(dep, mechanism: str, value: str | None, workload, *, blocks: 
     return result
 
 
-def _serving(dep) -> bool:
-    from advisor.experiments.launchers import healthy
+def _leave_as_found(launcher, say) -> None:
+    from advisor.experiments.launchers import LaunchError
 
-    path = dep.local.health_path if dep.local else dep.endpoints.health_path
-    return healthy(dep.target_url, path)
+    try:
+        launcher.restore()
+    except LaunchError as e:
+        say(f"restoring the target failed: {e}")
 
 
 def _utc(ts: float):

@@ -34,6 +34,11 @@ class LocalSpec(_Strict):
     health_path: str = "/health"
     start_timeout_s: float = 300.0
     port_flag: str = "--port"
+    isolate_engine_core: bool = Field(
+        default=False,
+        description="after each start, put the engine's unpinned processes (vLLM's CPU engine core) on its "
+                    "pinned worker's cores and the API server on the others: on small CPU-only hosts an "
+                    "unpinned engine core starves the API server. Both arms get the same placement")
 
     @model_validator(mode="after")
     def _ports(self):

@@ -15,6 +15,7 @@ from typing import Protocol
 import httpx
 import psutil
 
+from advisor.cores import isolate_engine_core
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.journal import Journal
 
@@ -170,7 +171,8 @@ class LocalLauncher:
                 raise LaunchError(f"the {arm} engine exited with code {proc.returncode} while starting; "
                                   f"last log lines: {_tail(log_path)}")
             if healthy(self.url(arm), self.spec.health_path, timeout=2):
-                self.journal.write(self.experiment, "started", arm=arm, pid=proc.pid)
+                placement = isolate_engine_core(proc.pid) if self.spec.isolate_engine_core else None
+                self.journal.write(self.experiment, "started", arm=arm, pid=proc.pid, placement=placement)
                 return
             time.sleep(1.0)
         stop_pid(proc.pid)

@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log(f"starting vLLM (tiny-llama, --max-num-seqs {args.max_num_seqs}) on {engine.url}; log: {engine.log_dir}")
         engine.start().wait_healthy()
-        log(f"engine healthy after {engine.healthy_after_s:.0f} s")
+        log(f"engine healthy after {engine.healthy_after_s:.0f} s"
+            + (f"; {engine.placement}" if engine.placement else ""))
         prom = LocalPrometheus([engine.target], scrape_interval=f"{SCRAPE_S}s").start()
         log(f"prometheus ready on {prom.url} after {prom.ready_after_s:.1f} s, scraping every {SCRAPE_S} s")
         # Counters need a sample from before the load, or rate() misses its start.

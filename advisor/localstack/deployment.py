@@ -16,7 +16,8 @@ def deployment_spec(engine: LocalEngine, arms: str = "parallel", candidate_port:
     i = argv.index("--port")
     args = argv[3:i] + argv[i + 2:]
     local = {"command": argv[:3], "args": args, "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **engine.env},
-             "host": HOST, "port": engine.port, "arms": arms, "start_timeout_s": 300}
+             "host": HOST, "port": engine.port, "arms": arms, "start_timeout_s": 300,
+             "isolate_engine_core": engine.isolate_engine_core}
     if arms == "parallel":
         local["candidate_port"] = candidate_port or paths.free_port()
     return {"name": name, "engine": "vllm", "model": paths.SERVED_MODEL_NAME, "launcher": "local", "local": local}

@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 
 import httpx
 
+from advisor.cores import isolate_engine_core
 from advisor.localstack import paths
 
 HOST = "127.0.0.1"
@@ -53,12 +54,17 @@ class LocalEngine:
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         log_dir: Path | str | None = None,
+        isolate_engine_core: bool = True,
     ) -> None:
         self.port = port or paths.free_port()
         self.max_num_seqs = max_num_seqs
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
         self.log_dir = Path(log_dir) if log_dir else paths.log_dir()
+        # On by default: on the small CPU hosts this stack runs on, an unpinned engine core starves
+        # the API server (advisor/cores.py), and the numbers would be the host's, not the engine's.
+        self.isolate_engine_core = isolate_engine_core
+        self.placement: str | None = None
         self.log_path: Path | None = None
         self.proc: subprocess.Popen | None = None
         self.started_at: float | None = None
@@ -131,6 +137,8 @@ class LocalEngine:
                 try:
                     if client.get(f"{self.url}/health").status_code == 200:
                         self.healthy_after_s = time.monotonic() - self.started_at
+                        if self.isolate_engine_core:
+                            self.placement = isolate_engine_core(self.proc.pid)
                         return self
                 except httpx.HTTPError:
                     pass  # not listening yet

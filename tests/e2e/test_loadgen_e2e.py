@@ -27,25 +27,22 @@ engine-core process unpinned; while it decodes, that process busy-polls the work
 remaining core. On a 2-core machine, measured: a process pinned to the other core, even one that
 never sleeps, got no CPU at all for the whole of an 1800-token decode (3 s; /proc/stat: both cores
 100% user, steal 0). A load generator starved like that sends late, cancels late (the engine then
-finishes the request) and sees tokens late. So while a test drives load, `partitioned()` moves the
-engine core onto the worker's cores and gives the API server and the load generator the rest; every
-affinity is restored afterwards. The engine decodes slower then (3.4 s -> 4.5 s for 1800 tokens);
-nothing here asserts engine speed.
+finishes the request) and sees tokens late. So LocalEngine starts every engine with the engine core
+on the worker's cores and the API server on the rest (advisor/cores.py), and the load generator runs
+beside the API server. The engine decodes slower then (3.4 s -> 4.5 s for 1800 tokens); nothing here
+asserts engine speed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 
 import httpx
 import numpy as np
-import psutil
 import pytest
 import yaml
 
@@ -108,47 +105,6 @@ def settled(url: str, before: Scrape, first_tokens: int, timeout: float = 30) ->
         time.sleep(0.2)
 
 
-# --- cores -----------------------------------------------------------------------------------
-
-def _set_all_threads(pid: int, cpus: set[int]) -> None:
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            os.sched_setaffinity(int(tid), cpus)
-        except OSError:  # the thread ended meanwhile
-            pass
-
-
-@contextmanager
-def partitioned(engine):
-    """Engine core with the worker on its pinned cores; API server and this thread (and whatever it
-    starts) on the others. Does nothing where the worker is not pinned or pins every core."""
-    mine = os.sched_getaffinity(0)
-    try:
-        api = psutil.Process(engine.proc.pid)
-        procs = [api, *api.children(recursive=True)]
-        original = {p.pid: set(p.cpu_affinity()) for p in procs}
-    except (psutil.Error, AttributeError):
-        yield
-        return
-    everything = set(range(psutil.cpu_count()))
-    worker = set().union(*(c for c in original.values() if c != everything))
-    free = everything - worker
-    if not worker or not free:
-        yield
-        return
-    try:
-        for p in procs:
-            if original[p.pid] == everything:
-                _set_all_threads(p.pid, free if p.pid == api.pid else worker)
-        os.sched_setaffinity(0, free & mine or free)
-        yield
-    finally:
-        os.sched_setaffinity(0, mine)
-        for pid, cpus in original.items():
-            if cpus == everything and psutil.pid_exists(pid):
-                _set_all_threads(pid, cpus)
-
-
 # --- driving load ----------------------------------------------------------------------------
 
 def workload(**spec) -> Workload:
@@ -161,9 +117,8 @@ def drive(engine, w: Workload, target: Target | None = None) -> tuple[list[Plann
     reqs = plan(w)
     prompts = PromptSizer.for_target(url, MODEL).prompts_for(reqs, w, salt=str(time.time_ns()))
     before = scrape(url)
-    with partitioned(engine):
-        r = asyncio.run(run(target or Target(url, MODEL), reqs, prompts))
-        after = settled(url, before, sum(rec.status in ("ok", "cancelled") for rec in r.records))
+    r = asyncio.run(run(target or Target(url, MODEL), reqs, prompts))
+    after = settled(url, before, sum(rec.status in ("ok", "cancelled") for rec in r.records))
     return reqs, r, before, after
 
 
@@ -256,12 +211,11 @@ def test_advisor_load_cli_reports_every_bucket_with_a_valid_generator(local_engi
     argv = [sys.executable, "-m", "advisor.cli", "load", "--target", url, "--workload", str(path),
             "--duration", "15s", "--output", "json"]
     before = scrape(url)
-    with partitioned(local_engine):  # the CLI process inherits this thread's cores
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=150, cwd=ROOT, check=False)
-        assert p.returncode == 0, p.stderr[-2000:] + p.stdout[-2000:]
-        out = json.loads(p.stdout)
-        overall = out["overall"]
-        after = settled(url, before, overall["ok"])
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=150, cwd=ROOT, check=False)
+    assert p.returncode == 0, p.stderr[-2000:] + p.stdout[-2000:]
+    out = json.loads(p.stdout)
+    overall = out["overall"]
+    after = settled(url, before, overall["ok"])
     g = out["generator"]
     print(f"\nadvisor load: {overall['requests']} requests ({overall['ttft']['n']} with a client TTFT), "
           f"generator {g}")
@@ -294,9 +248,8 @@ def test_empty_text_tokens_are_tokens(local_engine):
     prompts = PromptSizer.for_target(url, MODEL).prompts_for(reqs, w, salt=str(time.time_ns()))
     target = Target(url, MODEL, extra_body={"logit_bias": {str(PAD_TOKEN_ID): 100}})
     before = scrape(url)
-    with partitioned(local_engine):
-        r = asyncio.run(run(target, reqs, prompts))
-        after = settled(url, before, 2)
+    r = asyncio.run(run(target, reqs, prompts))
+    after = settled(url, before, 2)
     whole, cancel = r.records
     print(f"\nall-'' streams: statuses {[x.status for x in r.records]}, ttft {[x.ttft for x in r.records]}, "
           f"chunks {[len(x.chunk_s) for x in r.records]}; engine first tokens "

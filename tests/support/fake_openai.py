@@ -2,7 +2,7 @@
 generator error paths). Never a stand-in for the real engine in an e2e test.
 
     python -m tests.support.fake_openai --port P [--tokens 8] [--delay 0.002] [--fail-after N]
-        [--cut-after N] [--status 500] [--max-num-seqs K]
+        [--cut-after N] [--status 500] [--max-num-seqs K] [--no-tokenize]
 
 --fail-after N: requests after the Nth answer HTTP --status; --cut-after N: streams after the Nth
 are cut mid-response (the connection closes without [DONE]). Extra argv (e.g. knob flags) is
@@ -29,6 +29,7 @@ def main(argv=None) -> None:
     p.add_argument("--fail-after", type=int, default=None)
     p.add_argument("--cut-after", type=int, default=None)
     p.add_argument("--status", type=int, default=500)
+    p.add_argument("--no-tokenize", action="store_true", help="answer /tokenize with 404, like a server without one")
     args, extra = p.parse_known_args(argv)
     lock = threading.Lock()
     count = {"n": 0}
@@ -61,6 +62,8 @@ def main(argv=None) -> None:
         def do_POST(self):
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path == "/tokenize" and args.no_tokenize:
+                return self._json(404, {"detail": "Not Found"})
             if self.path == "/tokenize":
                 n = len(str(body.get("prompt", "")).split())
                 return self._json(200, {"count": n, "tokens": list(range(n)), "max_model_len": 4096})

@@ -141,6 +141,23 @@ def test_bad_experiments_are_refused_before_anything_starts(tmp_path, args, mess
     assert r.exit_code == 2 and message in r.output, r.output
 
 
+def test_prompts_that_cannot_be_sized_stop_the_baseline_it_started(tmp_path, monkeypatch):
+    # The baseline was not serving; the advisor starts it to size prompts, and must not leave it running.
+    monkeypatch.setenv("ADVISOR_DATA_DIR", str(tmp_path / "data"))
+    from advisor.settings import get_settings
+    get_settings.cache_clear()
+    dep = dep_file(tmp_path, args=["--max-num-seqs", "2", "--no-tokenize"], start_timeout_s=20)
+    port = yaml.safe_load(open(dep))["local"]["port"]
+    try:
+        r = runner.invoke(app, ["experiment", "--deployment", dep, "--mechanism", "max_num_seqs", "--value", "8"])
+        assert r.exit_code == 2 and "tokenizer" in r.output, r.output
+        assert listener(port) is None, "the baseline it started is stopped again"
+    finally:
+        get_settings.cache_clear()
+        if listener(port):
+            stop_pid(listener(port))
+
+
 def test_bad_deployment_file_names_the_field(tmp_path):
     p = tmp_path / "dep.yaml"
     p.write_text(yaml.safe_dump({"name": "d", "engine": "vllm", "model": "m", "launcher": "local",
