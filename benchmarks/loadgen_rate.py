@@ -26,7 +26,6 @@ requests and time.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
@@ -44,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from advisor.loadgen.loop import run_load
 from advisor.localstack import paths
 
 TOKENS = 16  # what the mock streams; every tool asks for exactly this many
@@ -211,7 +211,7 @@ def _ours_child(url: str, rate: float, duration: float, prompt_tokens: int) -> N
     words = ["the", "model", "serves", "tokens", "from", "a", "queue", "with", "latency"]
     prompts = {q.index: f"request {q.index} " + " ".join(words[i % len(words)] for i in range(prompt_tokens))
                for q in reqs}
-    r = asyncio.run(run(Target(url, "tiny-llama", request_timeout_s=60), reqs, prompts))
+    r = run_load(run(Target(url, "tiny-llama", request_timeout_s=60), reqs, prompts))
     g = summarize(r).generator
     ok = sum(x.status == "ok" for x in r.records)
     print(json.dumps({"planned": len(reqs), "ok": ok, "wall_s": r.wall_s, "throughput": ok / r.wall_s,
@@ -385,7 +385,7 @@ def ttft_vs_engine(requests: int, prompt_tokens: tuple[int, int]) -> list[dict]:
                 prompts = PromptSizer.for_target(engine.url, "tiny-llama").prompts_for(
                     reqs, w, salt=f"{placement}{time.time_ns()}")
                 before = buckets(httpx.get(engine.url + "/metrics", timeout=10).text)
-                r = asyncio.run(run(Target(engine.url, "tiny-llama"), reqs, prompts))
+                r = run_load(run(Target(engine.url, "tiny-llama"), reqs, prompts))
                 deadline = time.monotonic() + 30
                 while True:
                     after = buckets(httpx.get(engine.url + "/metrics", timeout=10).text)

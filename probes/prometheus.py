@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Union
 
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
@@ -155,8 +157,11 @@ class _Breakdown:
         return f"{self.dialect.engine} {'per-replica' if self.by else 'aggregate'}"
 
 
+PerReplica = Union[bool, Collection[str]]
+
+
 def _plan(dialect: Dialect, available: set[str], model: str | None, window_s: float,
-          per_replica: bool) -> tuple[dict[str, Signal], list[_Breakdown]]:
+          per_replica: PerReplica) -> tuple[dict[str, Signal], list[_Breakdown]]:
     """Signals the target cannot give (not exposed), and the breakdowns to fetch for the others."""
     missing: dict[str, Signal] = {}
     resolved: dict[str, list[str]] = {}
@@ -169,14 +174,20 @@ def _plan(dialect: Dialect, available: set[str], model: str | None, window_s: fl
         else:
             resolved[name] = names
 
-    def plans(by: list[str] | None) -> dict[str, SignalPlan]:
+    def plans(by: list[str] | None, only: Collection[str] | None = None) -> dict[str, SignalPlan]:
         return {name: _promql.plan_signal(name, signals_for(dialect)[name], dialect, names, model, window_s, by)
-                for name, names in resolved.items()}
+                for name, names in resolved.items() if only is None or name in only}
 
     out = [_Breakdown(dialect, None, plans(None))]
-    if per_replica and dialect.replica_labels:
-        out.append(_Breakdown(dialect, list(dialect.replica_labels), plans(dialect.replica_labels)))
+    if per_replica is not False and dialect.replica_labels:
+        only = None if per_replica is True else _with_one(set(per_replica) & set(resolved), resolved)
+        out.append(_Breakdown(dialect, list(dialect.replica_labels), plans(dialect.replica_labels, only)))
     return missing, out
+
+
+def _with_one(chosen: set[str], resolved: dict[str, list[str]]) -> set[str]:
+    """At least one signal per replica, so that the replicas (and their count) are known."""
+    return chosen or ({"request_rate"} & set(resolved)) or set(sorted(resolved)[:1])
 
 
 def _fetch(client: _Client, breakdowns: list[_Breakdown], at: datetime | None,
@@ -288,8 +299,10 @@ def _engine_info(dialect: Dialect, models: Primitive | None, infos: dict[str, Pr
 
 
 def probe_prometheus(url: str, window_s: float = 60.0, model: str | None = None, at: datetime | None = None,
-                     engine: str | None = None, timeout: float = 10.0, per_replica: bool = True) -> Snapshot:
-    """Read a deployment through its Prometheus into one Snapshot."""
+                     engine: str | None = None, timeout: float = 10.0, per_replica: PerReplica = True) -> Snapshot:
+    """Read a deployment through its Prometheus into one Snapshot. per_replica: every signal per
+    replica and per GPU too (True), none (False), or only the named ones (and one more where none
+    is a signal of the engine or the GPU, so that replicas and GPUs are still counted)."""
     client = _Client(url, timeout)
     available = client.metric_names()
     engines = [engine] if engine else detect_engines(available)

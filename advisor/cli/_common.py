@@ -46,8 +46,9 @@ def fail(message: str) -> typer.Exit:
 
 
 def take_snapshot(prom_url: str | None, url: str | None, window: str | None, model: str | None,
-                  at: str | None, engine: str | None) -> Snapshot:
-    """One snapshot from exactly one source; every failure becomes a one-line error and exit 2."""
+                  at: str | None, engine: str | None, per_replica: bool | set[str] = True) -> Snapshot:
+    """One snapshot from exactly one source; every failure becomes a one-line error and exit 2.
+    per_replica: which signals Prometheus breaks down by replica (all, or those a caller reads)."""
     settings = get_settings()
     if bool(prom_url) == bool(url):
         raise fail("give exactly one of --prom-url (a Prometheus server) or --url (an engine)")
@@ -61,7 +62,7 @@ def take_snapshot(prom_url: str | None, url: str | None, window: str | None, mod
     try:
         if prom_url:
             return probe_prometheus(prom_url, window_s=window_s, model=model, at=when, engine=engine,
-                                    timeout=settings.timeout)
+                                    timeout=settings.timeout, per_replica=per_replica)
 
         def progress(done: float, total: float) -> None:
             err.print(f"[dim]sampling {url}/metrics: {done:.0f}/{total:.0f}s[/]", highlight=False)

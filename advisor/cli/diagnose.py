@@ -34,6 +34,7 @@ def diagnose(
     Exit codes: 0 healthy, 1 symptoms found, 2 could not diagnose (unreachable, no data, bad input).
     """
     from advisor.diagnosis import RuleError, SLOError, diagnose as run_diagnosis, load_overrides, load_rules, load_slo
+    from advisor.diagnosis import per_replica_signals
 
     settings = get_settings()
     try:
@@ -42,7 +43,9 @@ def diagnose(
         rules = load_rules(overrides=overrides)
     except (SLOError, RuleError) as e:
         raise fail(str(e)) from None
-    snap = take_snapshot(prom_url, url, window, model, at, engine)
+    # Only what the rules read replica by replica is broken down: at 64 replicas the full
+    # breakdown is most of the query time (benchmarks/README.md).
+    snap = take_snapshot(prom_url, url, window, model, at, engine, per_replica=per_replica_signals(rules))
     if not any(s.present for s in snap.signals.values()):
         raise fail(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
     if experiments and not deployment:

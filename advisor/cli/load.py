@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Annotated, Optional
@@ -12,6 +11,7 @@ import typer
 
 from advisor.cli._app import app
 from advisor.cli._common import EXIT_OK, Output, err, fail, out
+from advisor.loadgen.loop import run_load
 from advisor.settings import get_settings
 
 
@@ -68,7 +68,7 @@ def load(
         raise fail(str(e)) from None
     if output is Output.json:
         err.print(f"[dim]{job.describe()}[/]", highlight=False)
-    result = asyncio.run(execute.run_with_progress(job, err))
+    result = run_load(execute.run_with_progress(job, err))
     if result.summary.overall.requests == 0:
         raise fail(f"no request reached {target}: {next(iter(result.summary.errors_seen), 'nothing was sent')}")
     if export:

@@ -63,6 +63,14 @@ class Expr:
             return self.arg[0].signals() | self.arg[1].signals()
         return set()
 
+    def per_replica(self) -> set[str]:
+        """The signals this reads replica by replica (a spread), not in aggregate."""
+        if self.kind == "spread":
+            return {self.arg}
+        if self.kind == "ratio":
+            return self.arg[0].per_replica() | self.arg[1].per_replica()
+        return set()
+
     def evaluate(self, ctx: Context) -> Value:
         snap = ctx.snapshot
         if self.kind == "const":

@@ -66,6 +66,20 @@ class Rule:
     enabled: bool = True
     evidence_signals: set[str] = field(default_factory=set)
 
+    def exprs(self) -> list[Expr]:
+        """Every expression the rule evaluates: its condition, severity and check evidence."""
+        out, conds = [self.severity_value, *(c.evidence for c in self.checks)], [self.when]
+        while conds:
+            c = conds.pop()
+            conds += c.children
+            out += [e for e in (c.left, c.right) if isinstance(e, Expr)]
+        return out
+
+
+def per_replica_signals(rules: list[Rule]) -> set[str]:
+    """What the enabled rules read replica by replica: all a diagnosis needs broken down."""
+    return {name for r in rules if r.enabled for e in r.exprs() for name in e.per_replica()}
+
 
 def _need(d: dict, key: str, where: str, kind: type | tuple = str) -> Any:
     if key not in d:

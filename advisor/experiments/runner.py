@@ -3,17 +3,17 @@ guardrails, the journal, and the baseline restored and verified whatever happens
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import zlib
 import time
+import zlib
 from collections.abc import Callable
 
 from advisor.experiments import quality, stats
 from advisor.experiments.design import HIGHER_IS_BETTER, Design
 from advisor.experiments.journal import Journal
-from advisor.experiments.launchers import LaunchError, Launcher
+from advisor.experiments.launchers import Launcher, LaunchError
 from advisor.experiments.result import BlockRecord, ExperimentResult
+from advisor.loadgen.loop import run_load
 from advisor.loadgen.metrics import summarize
 from advisor.loadgen.record import RequestRecord
 from advisor.loadgen.runner import Target, run
@@ -37,7 +37,7 @@ def _warmup(target: Target, prompts_of, n: int, concurrency: int) -> None:
     base = prompts_of.requests
     reqs = [dataclasses.replace(base[i % len(base)], index=999 * BLOCK_STRIDE + i, cancel_after_tokens=None)
             for i in range(n)]
-    asyncio.run(run(target, reqs, prompts_of.sizer(reqs), concurrency=max(1, min(concurrency, n))))
+    run_load(run(target, reqs, prompts_of.sizer(reqs), concurrency=max(1, min(concurrency, n))))
 
 
 class Prompts:
@@ -114,7 +114,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, sizer, say: Ca
                 return launcher.check(arm) if arm == "candidate" else None
 
             a = design.workload.arrival
-            r = asyncio.run(run(target, reqs, block_prompts[b], should_abort=should_abort,
+            r = run_load(run(target, reqs, block_prompts[b], should_abort=should_abort,
                                 concurrency=a.concurrency if a.kind == "concurrency" else None))
             sent += sum(x.status != "not_sent" for x in r.records)
             summary = summarize(r)

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from advisor.loadgen.loop import run_load
 from advisor.localstack.paths import SERVED_MODEL_NAME
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -133,4 +134,4 @@ async def drive(
 
 def drive_sync(url: str, **kwargs) -> DriveResult:
     """drive() for callers without an event loop (threads, scripts)."""
-    return asyncio.run(drive(url, **kwargs))
+    return run_load(drive(url, **kwargs))

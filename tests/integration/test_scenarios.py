@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.diagnosis import SLO, diagnose, load_rules
+from advisor.diagnosis import SLO, diagnose, load_rules, per_replica_signals
 from advisor.localstack import LocalPrometheus, backfill
 from probes import _delta, probe_prometheus
 from probes.catalog import dialects
@@ -167,3 +167,23 @@ def test_expanding_notation_is_promtools():
 def test_bad_scenarios_are_named(series, message):
     with pytest.raises(gen.ScenarioError, match=re.escape(message)):
         gen.build(gen.parse({"duration": "1m", "series": [series]}, end=1_800_000_000))
+
+
+@pytest.mark.parametrize("name", ["replica-imbalance", "multi-gpu-not-linear"])
+def test_a_diagnosis_breaks_down_only_what_its_rules_read_per_replica(served, name):
+    """diagnose asks Prometheus per replica only for what the rules read there (spreads); the
+    replicas and GPUs are still all counted, and those values are the full breakdown's."""
+    scn, _, prom = served(SCENARIOS / f"{name}.yaml")
+    full = probe_prometheus(prom.url, window_s=scn.window, at=_at(scn.end))
+    wanted = per_replica_signals(load_rules())
+    assert wanted == {"request_rate", "ttft_p95"}
+    lean = probe_prometheus(prom.url, window_s=scn.window, at=_at(scn.end), per_replica=wanted)
+    assert len(lean.replicas) == len(full.replicas) >= 2
+    for a, b in zip(lean.replicas, full.replicas):
+        assert a.labels == b.labels and set(a.signals) == wanted
+        assert {k: a.signals[k].value for k in wanted} == {k: b.signals[k].value for k in wanted}
+    assert lean.signals == full.signals, "the aggregate is untouched"
+    assert len(lean.gpu.devices) == len(full.gpu.devices)
+    assert all(len(d.signals) == 1 for d in lean.gpu.devices) or not lean.gpu.available
+    nothing = probe_prometheus(prom.url, window_s=scn.window, at=_at(scn.end), per_replica=set())
+    assert len(nothing.replicas) == len(full.replicas), "one signal per replica keeps them counted"

@@ -92,3 +92,22 @@ def test_a_generator_that_falls_behind_is_invalid_and_says_why():
     recs = [RequestRecord(i, "b", 10, 8, scheduled_s=i * 0.01, sent_s=i * 0.01 + 0.2, status="ok") for i in range(50)]
     s = summarize(Run(records=recs, started_at=0, wall_s=1, planned_span_s=0.49))
     assert not s.generator.valid and "scheduling lag p99 200 ms" in s.generator.why_invalid
+
+
+def test_run_load_returns_the_result_and_leaves_the_collector_as_it_was():
+    import gc
+
+    from advisor.loadgen.loop import run_load
+
+    async def answer():
+        assert gc.get_freeze_count() > 0, "the heap from before the run is frozen during it"
+        return 42
+
+    async def boom():
+        raise RuntimeError("mid-run")
+
+    assert run_load(answer()) == 42
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError, match="mid-run"):
+        run_load(boom())
+    assert gc.get_freeze_count() == 0
