@@ -4,6 +4,7 @@ start time, so sleep jitter never accumulates into drift; the lag of every send 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from advisor.loadgen.record import RequestRecord
 from advisor.workload.plan import PlannedRequest
 
 Progress = Callable[[int, int], None]
+POOL_SHARDS = 8
 
 
 @dataclass
@@ -44,17 +46,19 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
     url = target.url.rstrip("/")
     records = [RequestRecord(r.index, r.bucket, r.prompt_tokens, r.output_tokens, r.at_s,
                              prefix_group=r.prefix_group) for r in requests]
-    limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=min(max_in_flight, 256))
+    # Several small pools, not one large one: httpcore matches each request against every
+    # connection of its pool, so one pool's cost per request grows with the connections open.
+    shards = max(1, min(POOL_SHARDS, max_in_flight))
+    per_shard = -(-max_in_flight // shards)
+    limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, 64))
     timeout = httpx.Timeout(target.request_timeout_s, connect=10.0)
     done = 0
     aborted: str | None = None
-    started_at = time.time()
-    t0 = time.perf_counter()
 
     async def one(req: PlannedRequest, rec: RequestRecord) -> None:
         nonlocal done
         payload = client.body(target.api, target.model, prompts[req.index], req.output_tokens, target.extra_body)
-        await client.send(http, url, target.api, payload, rec, t0, req.cancel_after_tokens)
+        await client.send(pools[req.index % shards], url, target.api, payload, rec, t0, req.cancel_after_tokens)
         done += 1
         if progress:
             progress(done, len(requests))
@@ -65,7 +69,13 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
             aborted = should_abort()
         return aborted is not None or (duration_s is not None and time.perf_counter() - t0 >= duration_s)
 
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport) as http:
+    async with contextlib.AsyncExitStack() as stack:
+        pools = [await stack.enter_async_context(httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport))
+                 for _ in range(shards)]
+        # The clock starts once the clients exist (each builds an SSL context): no send is late
+        # for the set-up.
+        started_at = time.time()
+        t0 = time.perf_counter()
         if concurrency:
             queue = iter(zip(requests, records))
 
