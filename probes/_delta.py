@@ -13,13 +13,12 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from probes import _replicas
-from probes._primitives import combine
+from probes._primitives import from_operands, why_empty
 from probes.catalog import Dialect, SignalDef, signal_unit, signals_for
 from probes.exposition import Labels, Scrape
 from probes.snapshot import Replica, Signal
 
 Group = tuple[tuple[str, str], ...]
-NO_TRAFFIC = "no traffic in the window"
 
 
 class _View:
@@ -127,16 +126,10 @@ def compute(dialect: Dialect, scrapes: list[Scrape], model: str | None = None,
         source = _source(sdef, dialect, resolve)
         for g in groups or {()}:
             v, why, note = raw[name].get(g, raw[name].get((), (math.nan, None, None)))
-            if g not in raw[name] and () not in raw[name]:
-                why = NO_TRAFFIC if sdef.op not in ("avg", "max", "share") else "no samples in the window"
             ok = math.isfinite(v)
             results[g][name] = Signal(name=name, value=v if ok else None, unit=unit, window_s=window,
-                                      source=source, missing=None if ok else (why or _why_nan(sdef)), note=note)
+                                      source=source, missing=None if ok else (why or why_empty(sdef.op)), note=note)
     return dict(results)
-
-
-def _why_nan(sdef: SignalDef) -> str:
-    return "no samples in the window" if sdef.op in ("avg", "max", "share") else NO_TRAFFIC
 
 
 def _source(sdef: SignalDef, dialect: Dialect, resolve) -> str:
@@ -174,7 +167,7 @@ def _evaluate(view, sdef: SignalDef, names, scrapes, first, last, window) -> dic
         operands = [{g: _mean(xs) for g, xs in used.items()}, {g: _mean(xs) for g, xs in other.items()}]
     else:
         raise AssertionError(sdef.op)
-    return {g: (v, None, note) for g, (v, note) in combine(sdef, operands).items()}
+    return {g: (v, None, note) for g, (v, note) in from_operands(sdef, operands).items()}
 
 
 def _mean(xs: list[float]) -> float:

@@ -1,4 +1,5 @@
-"""Signals computed locally from the rows of their primitives (probes/_promql.py), the way
+"""Signals computed locally from their operands, for both probes: from the rows of the Prometheus
+probe's primitives (probes/_promql.py) and from the engine scrape's deltas (probes/_delta.py), the way
 Prometheus evaluates the signal's single expression: `a / b` matches groups one to one, an empty
 operand gives no result, and quantiles are histogram_quantile over the summed bucket rates
 (probes.exposition.bucket_quantile, which also says when a quantile lies in the +Inf bucket)."""
@@ -16,6 +17,13 @@ from probes.snapshot import INTERPOLATED
 
 Group = tuple[tuple[str, str], ...]
 Rows = list[dict]
+GAUGE_OPS = ("avg", "max", "share")
+
+
+def why_empty(op: str) -> str:
+    """Why a signal whose metrics exist has no value: gauges had no samples, counters and
+    histograms counted nothing."""
+    return "no samples in the window" if op in GAUGE_OPS else "no traffic in the window"
 
 
 def group_key(labels: dict[str, str], by: list[str] | None) -> Group:
@@ -65,10 +73,10 @@ def compute(plan: SignalPlan, answers: list[Answer]) -> dict[Group, tuple[float,
     """(value, note) per group for one signal, from the answers to plan.prims (in order).
     A group absent from the result had no series; NaN means series without data (no traffic)."""
     quantile = plan.sdef.op == "quantile"
-    return combine(plan.sdef, [a.buckets if quantile else a.values for a in answers])
+    return from_operands(plan.sdef, [a.buckets if quantile else a.values for a in answers])
 
 
-def combine(sdef: SignalDef, operands: list[dict]) -> dict[Group, tuple[float, str | None]]:
+def from_operands(sdef: SignalDef, operands: list[dict]) -> dict[Group, tuple[float, str | None]]:
     """One signal from its operands per group: (le, count) pairs for a quantile, one number per
     group otherwise (a rate, a gauge's average or maximum, a sum and a count). Both probes end here,
     so a signal means the same from Prometheus and from an engine's own /metrics."""

@@ -29,9 +29,6 @@ from probes.snapshot import EngineInfo, GpuDevice, GpuStatus, Signal, Snapshot
 
 log = logging.getLogger(__name__)
 
-NO_TRAFFIC = "no traffic in the window"
-NO_SAMPLES = "no samples in the window"
-GAUGE_OPS = ("avg", "max", "share")
 # Labels of an info metric's series that say where it was scraped, not how the engine is configured.
 NOT_CONFIG = {"__name__", "instance", "job", "pod", "engine", "namespace", _promql.PART_LABEL}
 # Answers to a POST that mean "this endpoint takes no POST": switch to GET.
@@ -233,7 +230,7 @@ def _signal(plan: SignalPlan, v: float, window_s: float, note: str | None) -> Si
     if math.isfinite(v):
         return Signal(name=plan.name, value=v, unit=unit, window_s=window_s, source=plan.source, note=note)
     if math.isnan(v):
-        why = NO_SAMPLES if plan.sdef.op in GAUGE_OPS else NO_TRAFFIC
+        why = _primitives.why_empty(plan.sdef.op)
     else:  # quantiles are always finite here (bucket_quantile); a ratio or mean over a zero denominator
         why = "infinite: a division by zero"
     return Signal(name=plan.name, unit=unit, window_s=window_s, source=plan.source, missing=why)

@@ -14,7 +14,7 @@ from advisor.diagnosis.expr import Expr, RuleSyntaxError, parse_expr
 from advisor.diagnosis.model import SEVERITY_ORDER
 from advisor.diagnosis.slo import SLO
 from advisor.knobs import KNOBS
-from advisor.resources import data_dir
+from advisor.resources import data_dir, read_yaml
 from probes import signal_defs
 
 OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
@@ -193,7 +193,7 @@ def load_rules(directory: Path | None = None, overrides: dict | None = None) -> 
     rules, seen = [], {}
     for path in sorted(directory.glob("*.yaml")):
         try:
-            raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            raw = read_yaml(path)
         except yaml.YAMLError as e:
             raise RuleError(f"{path.name}: not valid YAML: {str(e).splitlines()[0]}") from None
         rid = raw.get("id") if isinstance(raw, dict) else None

@@ -7,8 +7,17 @@ from typing import Any
 
 import yaml
 
-from advisor.knobs.model import (CLIENT_METRICS, ENGINES, EngineSpec, FieldSpec, Knob, Readout, Rendering,
-                                 ValueSpec)
+from advisor.knobs.model import (
+    CLIENT_METRICS,
+    ENGINES,
+    EngineSpec,
+    FieldSpec,
+    Knob,
+    Readout,
+    Rendering,
+    ValueSpec,
+)
+from advisor.resources import read_yaml
 
 CATALOG = Path(__file__).with_name("catalog.yaml")
 VALUE_TYPES = ("int", "float", "bool", "choice", "speculative")
@@ -212,7 +221,7 @@ def _known_signals() -> set[str] | None:
 def load_catalog(path: Path = CATALOG) -> tuple[dict[str, Knob], dict[str, dict]]:
     """(knobs by name, engine metadata by engine name)."""
     try:
-        raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        raw = read_yaml(path)
     except yaml.YAMLError as e:
         raise CatalogError(f"{path.name}: not valid YAML: {e}") from e
     if not isinstance(raw, dict) or not isinstance(raw.get("knobs"), dict) or not isinstance(raw.get("engines"), dict):

@@ -14,15 +14,17 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+try:
+    from uvloop import run as _run
+except ImportError:  # not built for this platform
+    _run = asyncio.run
+
+
 def run_load(coro: Coroutine[Any, Any, T]) -> T:
     """asyncio.run for a load generator's coroutine."""
     gc.collect()
     gc.freeze()
     try:
-        try:
-            import uvloop
-        except ImportError:
-            return asyncio.run(coro)
-        return uvloop.run(coro)
+        return _run(coro)
     finally:
         gc.unfreeze()
