@@ -6,15 +6,18 @@ from functools import lru_cache
 from pathlib import Path
 
 from platformdirs import user_data_dir
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from advisor.errors import AdvisorError
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ADVISOR_", env_file=None, extra="ignore")
 
     window: str = Field(default="60s", description="default probe window")
-    timeout: float = Field(default=10.0, description="seconds before a data source counts as unreachable")
+    timeout: float = Field(default=10.0, gt=0, le=3600, allow_inf_nan=False,
+                           description="seconds before a data source counts as unreachable")
     data_dir: Path = Field(default_factory=lambda: Path(user_data_dir("llm-advisor")))
     db_url: str | None = Field(default=None, description="SQLAlchemy URL; default SQLite in data_dir")
     log_level: str = "WARNING"
@@ -26,6 +29,15 @@ class Settings(BaseSettings):
         return self.db_url or f"sqlite:///{self.data_dir / 'advisor.db'}"
 
 
+class SettingsError(AdvisorError):
+    pass
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as e:
+        first = e.errors()[0]
+        name = "ADVISOR_" + "_".join(str(p) for p in first["loc"]).upper()
+        raise SettingsError(f"environment variable {name}: {first['msg']}") from None

@@ -1,7 +1,17 @@
-"""Errors the probes raise. Each carries a one-line message fit for a terminal."""
+"""Errors the probes raise. Each carries a one-line message fit for a terminal.
+
+`AdvisorError` is the root of every error the advisor raises on purpose, the probes' included: the
+command line turns any of them into one line and exit 2, and anything else into exit 3 (a bug). It
+lives here, not in `advisor`, because `probes` imports nothing of `advisor`; `advisor.errors`
+re-exports it.
+"""
 
 
-class ProbeError(Exception):
+class AdvisorError(Exception):
+    """Bad input, an unreachable or misbehaving target, a refused action: the message says which."""
+
+
+class ProbeError(AdvisorError):
     """A probe could not read its target at all."""
 
 
@@ -17,5 +27,5 @@ class BadExposition(ProbeError):
     """The target's /metrics text could not be parsed."""
 
 
-class CatalogError(Exception):
+class CatalogError(AdvisorError):
     """A dialect or signal definition file is malformed."""

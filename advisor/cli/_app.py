@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Annotated
 
@@ -19,7 +20,17 @@ app = typer.Typer(
 )
 
 
+_debug = False
+
+
+def debug_enabled() -> bool:
+    return _debug or os.environ.get("ADVISOR_DEBUG", "") not in ("", "0", "false")
+
+
 @app.callback()
-def _setup(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug detail to stderr.")] = False) -> None:
+def _setup(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug detail to stderr.")] = False,
+           debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an internal error (exit 3) instead of one line.")] = False) -> None:
+    global _debug
+    _debug = debug
     level = logging.DEBUG if verbose else getattr(logging, get_settings().log_level.upper(), logging.WARNING)
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from advisor import escape
 from advisor.settings import get_settings
 from advisor.units import parse_duration, parse_time
 from probes import ProbeError, Snapshot, probe_engine, probe_prometheus
@@ -18,7 +19,7 @@ from probes.errors import BadExposition, CatalogError
 out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
-EXIT_OK, EXIT_FOUND, EXIT_FAILED = 0, 1, 2
+EXIT_OK, EXIT_FOUND, EXIT_FAILED, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 class Output(str, Enum):
@@ -41,7 +42,8 @@ Engine = Annotated[Optional[str], typer.Option("--engine", help="Skip detection 
 
 
 def fail(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/] {message}", highlight=False)
+    """One line on stderr, exit 2. The message may hold text from a target or a file: escaped here."""
+    err.print(f"[red]error:[/] {escape.markup(escape.one_line(message, 2000))}", highlight=False)
     return typer.Exit(EXIT_FAILED)
 
 

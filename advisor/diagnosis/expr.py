@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -21,7 +22,7 @@ from probes import Snapshot, signal_defs
 FACTS = ("replica_count", "gpu_count")
 
 
-class RuleSyntaxError(ValueError):
+class RuleSyntaxError(AdvisorError, ValueError):
     """A rule's YAML names something that does not exist, or has the wrong shape."""
 
 

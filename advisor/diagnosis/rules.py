@@ -4,6 +4,7 @@ mechanism from the knob vocabulary."""
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ STAGES = ("supply_demand", "scheduling_memory", "compute_path")
 LEVELS = [s for s in SEVERITY_ORDER if s != "none"]
 
 
-class RuleError(ValueError):
+class RuleError(AdvisorError, ValueError):
     """A rule file is malformed: the message names the file and the field."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 from pathlib import Path
 
 import yaml
@@ -18,7 +19,7 @@ class SLO(BaseModel):
     goodput_min: float | None = Field(default=None, gt=0, description="requests per second that must meet every SLO")
 
 
-class SLOError(ValueError):
+class SLOError(AdvisorError, ValueError):
     pass
 
 

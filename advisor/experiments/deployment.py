@@ -3,6 +3,7 @@ also the configuration the diagnosis knows about."""
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 import os
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
-class DeploymentError(ValueError):
+class DeploymentError(AdvisorError, ValueError):
     pass
 
 

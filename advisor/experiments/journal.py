@@ -3,6 +3,7 @@ fsynced) before it takes effect, so a run whose process died is recovered at the
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 import fcntl
 import json
 import os
@@ -12,7 +13,7 @@ from pathlib import Path
 CLOSED = {"restored", "recovered"}
 
 
-class Busy(RuntimeError):
+class Busy(AdvisorError, RuntimeError):
     pass
 
 

@@ -4,6 +4,7 @@ run. A `kubernetes` launcher (clone a Deployment with one argument changed) fits
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from advisor.experiments.journal import Journal
 ARMS = ("baseline", "candidate")
 
 
-class LaunchError(RuntimeError):
+class LaunchError(AdvisorError, RuntimeError):
     pass
 
 

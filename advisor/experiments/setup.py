@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from advisor.workload.plan import plan
 from advisor.workload.spec import Workload
 
 
-class DesignError(ValueError):
+class DesignError(AdvisorError, ValueError):
     pass
 
 

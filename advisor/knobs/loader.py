@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ VALUE_TYPES = ("int", "float", "bool", "choice", "speculative")
 KINDS = ("flag", "flags", "renders", "json_flag", "fields", "env", "deployment", "unsupported")
 
 
-class CatalogError(ValueError):
+class CatalogError(AdvisorError, ValueError):
     """catalog.yaml is malformed: the message names the knob and the field."""
 
 

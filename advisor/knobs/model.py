@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ CLIENT_METRICS: dict[str, tuple[str, ...]] = {
 }
 
 
-class KnobError(ValueError):
+class KnobError(AdvisorError, ValueError):
     """A knob, value or engine is not allowed: the one-line message says which and what is."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,7 +19,7 @@ from advisor.workload.plan import PlannedRequest, plan
 from advisor.workload.spec import Arrival, Workload, load_workload
 
 
-class LoadError(ValueError):
+class LoadError(AdvisorError, ValueError):
     pass
 
 

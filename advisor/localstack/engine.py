@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 import atexit
 import os
 import signal
@@ -29,7 +30,7 @@ def _stop_leftovers() -> None:
         engine.stop()
 
 
-class EngineError(RuntimeError):
+class EngineError(AdvisorError, RuntimeError):
     """The engine could not be started, or died before it became healthy."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 import atexit
 import os
 import shutil
@@ -31,7 +32,7 @@ def _stop_leftovers() -> None:
         prom.stop()
 
 
-class PrometheusError(RuntimeError):
+class PrometheusError(AdvisorError, RuntimeError):
     """Prometheus or promtool is missing, failed, or never became ready."""
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 import re
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 
-class StoreError(Exception):
+class StoreError(AdvisorError):
     """A one-line, user-facing failure of the store: bad URL, unreachable database, failed write."""
 
 

@@ -3,6 +3,7 @@ an arrival process, cancellations, a length (duration or request count) and a se
 
 from __future__ import annotations
 
+from advisor.errors import AdvisorError
 from pathlib import Path
 from typing import Literal
 
@@ -105,7 +106,7 @@ class Workload(_Strict):
         return self
 
 
-class WorkloadError(ValueError):
+class WorkloadError(AdvisorError, ValueError):
     """A workload or trace file is malformed: the message names the file, line and field."""
 
 
