@@ -323,8 +323,12 @@ def probe_prometheus(url: str, window_s: float = 60.0, model: str | None = None,
     if gpu.detected_in(available):
         gpu_missing, gpu_breakdowns = _plan(gpu, available, None, window_s, per_replica)
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    pool = ThreadPoolExecutor(max_workers=8)
+    try:
         rows, notes = _fetch(client, breakdowns + gpu_breakdowns, at, pool)
+    finally:
+        # Not `with`: on an interrupt its exit would wait for every query still in flight.
+        pool.shutdown(wait=False, cancel_futures=True)
 
     agg, reps = _assemble(breakdowns, rows, model, window_s)
     snap.signals.update({**missing, **agg})

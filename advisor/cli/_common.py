@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from advisor import escape
+from advisor import escape, interrupts
 from advisor.settings import get_settings
 from advisor.units import parse_duration, parse_time
 from probes import ProbeError, Snapshot, probe_engine, probe_prometheus
@@ -35,7 +35,7 @@ class ReportFormat(str, Enum):
 
 PromUrl = Annotated[Optional[str], typer.Option("--prom-url", help="Prometheus server that scrapes the deployment, e.g. http://127.0.0.1:9090.")]
 EngineUrl = Annotated[Optional[str], typer.Option("--url", help="An engine's base URL; its /metrics is sampled directly, without Prometheus.")]
-Window = Annotated[Optional[str], typer.Option("--window", help="How far back to look (Prometheus) or how long to sample (--url): 30s, 5m, 1h. Default: $ADVISOR_WINDOW, else 60s.")]
+Window = Annotated[Optional[str], typer.Option("--window", help="How far back to look (Prometheus) or how long to sample (--url): 30s, 5m, 1h. Default: $ADVISOR_WINDOW, else 60s. Reading stops after at most the window (--url) plus 6 x $ADVISOR_TIMEOUT (10s) plus 10s.")]
 Model = Annotated[Optional[str], typer.Option("--model", help="Only this served model's series (the engine's model label).")]
 At = Annotated[Optional[str], typer.Option("--at", help="Evaluate at this time (RFC 3339 or unix seconds) instead of now; Prometheus only.")]
 Engine = Annotated[Optional[str], typer.Option("--engine", help="Skip detection and read this dialect: vllm, sglang, tgi, llamacpp, trtllm, triton.")]
@@ -63,15 +63,24 @@ def take_snapshot(prom_url: str | None, url: str | None, window: str | None, mod
         raise fail("--at needs --prom-url: an engine's /metrics only tells the present")
     try:
         if prom_url:
-            return probe_prometheus(prom_url, window_s=window_s, model=model, at=when, engine=engine,
-                                    timeout=settings.timeout, per_replica=per_replica)
+            with interrupts.budget(probe_budget(None, settings.timeout), "reading Prometheus"):
+                return probe_prometheus(prom_url, window_s=window_s, model=model, at=when, engine=engine,
+                                        timeout=settings.timeout, per_replica=per_replica)
 
         def progress(done: float, total: float) -> None:
-            err.print(f"[dim]sampling {url}/metrics: {done:.0f}/{total:.0f}s[/]", highlight=False)
+            err.print(f"[dim]sampling {escape.markup(url)}/metrics: {done:.0f}/{total:.0f}s[/]", highlight=False)
 
-        return probe_engine(url, window_s=window_s, model=model, engine=engine, timeout=settings.timeout,
-                            progress=progress)
+        with interrupts.budget(probe_budget(window_s, settings.timeout), f"sampling {url}"):
+            return probe_engine(url, window_s=window_s, model=model, engine=engine, timeout=settings.timeout,
+                                progress=progress)
     except (ProbeError, BadExposition, CatalogError) as e:
         raise fail(str(e)) from None
+
+
+def probe_budget(window_s: float | None, timeout: float) -> float:
+    """The most a snapshot may take, stated in --help: each request is bounded by the timeout, and
+    a probe makes a few rounds of them (Prometheus: names, combined queries, split queries; an
+    engine: the window's scrapes plus /version and /v1/models)."""
+    return (window_s or 0.0) + 6 * timeout + 10
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import httpx
 import typer
 
+from advisor import escape, interrupts
 from advisor.cli._app import app
 from advisor.cli._common import EXIT_OK, Output, err, fail, out
 from advisor.loadgen.loop import run_load
@@ -24,6 +25,15 @@ def _model_of(target: str, timeout: float) -> str:
         raise fail(f"{target} is unreachable or has no /v1/models ({type(e).__name__}): give --model") from None
     except (ValueError, KeyError, IndexError, TypeError):
         raise fail(f"{target}/v1/models lists no model: give --model") from None
+
+
+PREPARE_BUDGET_S = 120.0
+
+
+def run_budget(job) -> float:
+    """The run's stated limit: its schedule (or duration), then the last request's own deadline."""
+    span = job.duration_s or max((r.at_s or 0.0 for r in job.requests), default=0.0)
+    return span + job.target.request_timeout_s + 60
 
 
 @app.command()
@@ -44,6 +54,10 @@ def load(
 ) -> None:
     """Replay a workload against a target and report client-side TTFT, TPOT, ITL, E2E and goodput per bucket.
 
+    Every request has a deadline (its timeout covers connect, headers and the whole stream). The command stops
+    after at most 120s + 12 x $ADVISOR_TIMEOUT to prepare, and the schedule plus one request deadline plus 60s
+    to run.
+
     Exit codes: 0 the run was valid, 1 the load generator fell behind (results invalid), 2 could not run.
     """
     from advisor.loadgen import execute
@@ -59,16 +73,20 @@ def load(
         window_s = parse_duration(window)
     except ValueError as e:
         raise fail(str(e)) from None
+    prepare_budget = interrupts.budget(PREPARE_BUDGET_S + 12 * settings.timeout,
+                                       "preparing the load (workload, prompt sizing)")
     try:
-        job = execute.prepare(target, workload_file=workload_file, from_prom=from_prom, from_trace=from_trace,
-                              duration_s=duration_s, rate=rate, concurrency=concurrency, window_s=window_s,
-                              warmup_s=warmup_s, model=model or None, timeout=settings.timeout,
-                              model_lookup=_model_of)
+        with prepare_budget:
+            job = execute.prepare(target, workload_file=workload_file, from_prom=from_prom, from_trace=from_trace,
+                                  duration_s=duration_s, rate=rate, concurrency=concurrency, window_s=window_s,
+                                  warmup_s=warmup_s, model=model or None, timeout=settings.timeout,
+                                  model_lookup=_model_of)
     except (WorkloadError, execute.LoadError) as e:
         raise fail(str(e)) from None
     if output is Output.json:
-        err.print(f"[dim]{job.describe()}[/]", highlight=False)
-    result = run_load(execute.run_with_progress(job, err))
+        err.print(f"[dim]{escape.markup(job.describe())}[/]", highlight=False)
+    with interrupts.budget(run_budget(job), "the load run"):
+        result = run_load(execute.run_with_progress(job, err))
     if result.summary.overall.requests == 0:
         raise fail(f"no request reached {target}: {next(iter(result.summary.errors_seen), 'nothing was sent')}")
     if export:

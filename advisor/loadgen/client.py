@@ -3,12 +3,19 @@ Cancellation closes the stream, which the engine sees as a client abort."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 
 import httpx
 
 from advisor.loadgen.record import RequestRecord
+
+
+def _within(seconds: float | None):
+    # A timer handle on the running task (no extra task, unlike wait_for): cheap per request.
+    return asyncio.timeout(seconds) if seconds else contextlib.nullcontext()
 
 
 def body(api: str, model: str, prompt: str, max_tokens: int, extra: dict | None = None) -> dict:
@@ -37,13 +44,15 @@ def _tokens_in(chunk: dict, api: str) -> bool:
 
 
 async def send(client: httpx.AsyncClient, url: str, api: str, payload: dict, rec: RequestRecord,
-               t0: float, cancel_after: int | None = None) -> None:
+               t0: float, cancel_after: int | None = None, deadline_s: float | None = None) -> None:
+    """deadline_s bounds the whole request (connect, headers, every chunk): httpx's timeouts are per
+    read, so a server that dribbles a byte a second would otherwise hold a request forever."""
     path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
     rec.sent_s = time.perf_counter() - t0
     streamed = 0
     usage = None
     try:
-        async with client.stream("POST", url + path, json=payload) as r:
+        async with _within(deadline_s), client.stream("POST", url + path, json=payload) as r:
             rec.http_status = r.status_code
             if r.status_code != 200:
                 text = (await r.aread()).decode(errors="replace")
@@ -75,6 +84,8 @@ async def send(client: httpx.AsyncClient, url: str, api: str, payload: dict, rec
                 rec.status, rec.error = "error", "stream ended without [DONE]"
     except httpx.TimeoutException:
         rec.status, rec.error = "error", "timed out"
+    except TimeoutError:
+        rec.status, rec.error = "error", f"no complete answer within its deadline of {deadline_s:g}s"
     except httpx.HTTPError as e:
         rec.status, rec.error = "error", f"{type(e).__name__}: {str(e)[:200] or 'connection failed'}"
     except json.JSONDecodeError:

@@ -58,7 +58,8 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
     async def one(req: PlannedRequest, rec: RequestRecord) -> None:
         nonlocal done
         payload = client.body(target.api, target.model, prompts[req.index], req.output_tokens, target.extra_body)
-        await client.send(pools[req.index % shards], url, target.api, payload, rec, t0, req.cancel_after_tokens)
+        await client.send(pools[req.index % shards], url, target.api, payload, rec, t0, req.cancel_after_tokens,
+                          target.request_timeout_s)
         done += 1
         if progress:
             progress(done, len(requests))
