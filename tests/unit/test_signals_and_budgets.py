@@ -1,0 +1,97 @@
+"""Signals and budgets, on the real command line against servers that never finish answering.
+
+SIGINT and SIGTERM are acknowledged with one line and end the command within a second; a command
+whose budget runs out says so and exits 2; neither leaves a traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from tests.support.cli import ROOT
+
+
+@contextmanager
+def silent_server(dribble: bool) -> Iterator[str]:
+    """Accepts connections and then either says nothing or sends its answer a byte every 0.2 s."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    stop = threading.Event()
+
+    def handle(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                for b in b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"x" * 10_000:
+                    if stop.wait(0.2):
+                        return
+                    if dribble:
+                        conn.send(bytes([b]))
+            except OSError:
+                pass
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        stop.set()
+        srv.close()
+
+
+def start(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "advisor.cli", *args], cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def wait_started(proc: subprocess.Popen, seconds: float = 2.5) -> None:
+    """Past the imports, into the request (the interpreter start is not what is measured)."""
+    time.sleep(seconds)
+    assert proc.poll() is None, proc.communicate()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("mode", ["--prom-url", "--url"])
+def test_a_signal_stops_a_waiting_probe_within_a_second(sig, code, mode):
+    with silent_server(dribble=False) as url:
+        proc = start("probe", mode, url, "--window", "2s", env={"ADVISOR_TIMEOUT": "30"})
+        wait_started(proc)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=10)
+        took = time.monotonic() - sent
+    assert took < 1.0, (took, err)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err + out
+    assert [line for line in err.splitlines() if "received" in line] == [f"{sig.name} received: stopping"]
+
+
+def test_a_dribbling_target_ends_at_the_stated_budget():
+    with silent_server(dribble=True) as url:
+        t = time.monotonic()
+        proc = start("probe", "--url", url, "--window", "1s", env={"ADVISOR_TIMEOUT": "0.5"})
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err + out
+    # Per-request deadlines end it first; the budget (1 + 6 x 0.5 + 10 s) is the backstop.
+    assert took < 1 + 6 * 0.5 + 10 + 5, (took, err)
+    assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1, err
