@@ -6,7 +6,9 @@ import os
 import platform
 from functools import lru_cache
 
-import httpx
+from advisor.errors import AdvisorError
+from probes.http import HttpConfig, request
+from probes.http import client as http_client
 
 
 @lru_cache(maxsize=1)
@@ -26,9 +28,16 @@ def machine() -> dict:
             "gpu_status": None if gpus.available else gpus.reason}
 
 
-def engine_version(url: str, timeout: float = 5.0) -> str | None:
+def engine_version(url: str, timeout: float = 5.0, http: HttpConfig | None = None) -> str | None:
+    """The engine's /version, asked within one request deadline; None when it does not say.
+    http: TLS and credentials (default: the settings' for an engine)."""
+    from advisor import net
+
     try:
-        r = httpx.get(url.rstrip("/") + "/version", timeout=timeout)
-        return r.json().get("version") if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+        cfg = (http or net.config("engine", url=url)).with_(timeout=timeout)
+        with http_client(cfg) as c:
+            r = request(c, "GET", url.rstrip("/") + "/version", what="engine")
+        version = r.json().get("version") if r.status_code == 200 else None
+        return str(version) if version is not None else None
+    except (AdvisorError, ValueError, AttributeError):
         return None

@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from platformdirs import user_data_dir
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from advisor.errors import AdvisorError
@@ -23,6 +23,19 @@ class Settings(BaseSettings):
     log_level: str = "WARNING"
     slo_file: Path | None = Field(default=None, description="SLO YAML used when --slo is not given")
     rules_config: Path | None = Field(default=None, description="per-rule overrides YAML")
+    # TLS and credentials of the advisor's own requests (advisor/net.py builds them into HttpConfig).
+    tls_verify: bool = Field(default=True, description="verify TLS certificates; false warns on every run")
+    ca_bundle: Path | None = Field(default=None, description="PEM file (or hashed directory) of trusted CAs")
+    prom_user: str | None = Field(default=None, description="Prometheus basic-auth user")
+    prom_password: SecretStr | None = None
+    prom_password_file: Path | None = None
+    prom_token: SecretStr | None = Field(default=None, description="Prometheus bearer token")
+    prom_token_file: Path | None = None
+    engine_user: str | None = Field(default=None, description="engine basic-auth user")
+    engine_password: SecretStr | None = None
+    engine_password_file: Path | None = None
+    engine_token: SecretStr | None = Field(default=None, description="engine bearer token")
+    engine_token_file: Path | None = None
 
     @property
     def database_url(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timezone
 
@@ -9,19 +10,20 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _SCALE = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
-def parse_duration(text: str) -> float:
-    """'60s', '5m', '1.5h', '90' (seconds) -> seconds."""
+def parse_duration(text: str, allow_zero: bool = False) -> float:
+    """'60s', '5m', '1.5h', '90' (seconds) -> seconds: finite, above zero (or zero, where allowed)."""
     m = _DURATION.match(text)
-    if not m or float(m.group(1)) <= 0:
+    value = float(m.group(1)) * _SCALE[m.group(2)] if m else math.nan
+    if not (math.isfinite(value) and (value > 0 or (allow_zero and value == 0))):
         raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h)")
-    return float(m.group(1)) * _SCALE[m.group(2)]
+    return value
 
 
 def parse_time(text: str) -> datetime:
     """An RFC 3339 time or unix seconds -> aware datetime."""
     try:
         return datetime.fromtimestamp(float(text), tz=timezone.utc)
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # not a number, NaN, or past the calendar
         pass
     try:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))

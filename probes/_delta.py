@@ -1,8 +1,10 @@
 """Signals from successive scrapes of an engine's /metrics, without Prometheus.
 
-Histograms and counters use the first and last scrape (deltas, with counter resets handled);
-gauges use every scrape in between. The definitions match the PromQL in probes/prometheus.py,
-so the two probes agree on the same traffic up to bucket interpolation.
+Histograms and counters add up their increases from each scrape to the next, as Prometheus'
+increase() does: a value lower than the one before is a reset (the engine restarted), counted from
+zero, and `resets` says which series went backwards so the snapshot can note it. Gauges use every
+scrape. The definitions match the PromQL in probes/prometheus.py, so the two probes agree on the
+same traffic up to bucket interpolation.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from probes import _replicas
 from probes._primitives import from_operands, why_empty
 from probes.catalog import Dialect, SignalDef, signal_unit, signals_for
-from probes.exposition import Labels, Scrape
+from probes.exposition import Labels, Scrape, listed, series_text
 from probes.snapshot import Replica, Signal
 
 Group = tuple[tuple[str, str], ...]
@@ -50,38 +52,80 @@ def _counter_delta(v0: float | None, v1: float) -> float:
     return v1 - v0
 
 
-def _deltas(view: _View, key: str, sample: str, first: Scrape, last: Scrape,
+def _deltas(view: _View, key: str, sample: str, scrapes: list[Scrape],
             by_series: Callable[[Labels], Labels] = lambda lab: lab) -> dict[Group, dict[Labels, float]]:
-    """Per group, per series (after by_series), the counter delta between the two scrapes."""
-    before = first.series(sample)
+    """Per group, per series (after by_series), the counter's increase over the scrapes: each
+    scrape against the series' value in the last scrape that had it. A series first seen after
+    the first scrape counts from zero."""
     out: dict[Group, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
-    for labels, v1 in last.series(sample).items():
-        if not view.keep(key, labels):
-            continue
-        out[view.group(labels)][by_series(labels)] += _counter_delta(before.get(labels), v1)
+    seen: dict[Labels, float] = {}
+    for i, s in enumerate(scrapes):
+        for labels, v1 in s.series(sample).items():
+            if not view.keep(key, labels):
+                continue
+            if i:
+                out[view.group(labels)][by_series(labels)] += _counter_delta(seen.get(labels), v1)
+            seen[labels] = v1
     return out
 
 
-def _hist_reset_aware(view: _View, key: str, name: str, first: Scrape, last: Scrape) -> dict[Group, list[tuple[float, float]]]:
-    """Bucket deltas summed by le within each group. A series whose _count went down was
-    reset: its whole current histogram is the delta."""
-    counts0, counts1 = first.series(name + "_count"), last.series(name + "_count")
-    reset = {lab for lab, c in counts1.items() if lab in counts0 and c < counts0[lab]}
-    before = first.series(name + "_bucket")
+def _hist_reset_aware(view: _View, key: str, name: str, scrapes: list[Scrape]) -> dict[Group, list[tuple[float, float]]]:
+    """Bucket increases summed by le within each group. A series whose _count went down was
+    reset: its whole histogram in that scrape is the increase. Buckets without a readable le
+    are skipped (the scrape's problems say so)."""
     out: dict[Group, dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    for labels, v1 in last.series(name + "_bucket").items():
-        if not view.keep(key, labels):
-            continue
-        lab = dict(labels)
-        le = float(lab.pop("le"))
-        series = tuple(sorted(lab.items()))
-        v0 = None if series in reset else before.get(labels)
-        out[view.group(series)][le] += _counter_delta(v0, v1)
+    seen_counts: dict[Labels, float] = {}
+    seen: dict[Labels, float] = {}
+    for i, s in enumerate(scrapes):
+        counts = s.series(name + "_count")
+        reset = {lab for lab, c in counts.items() if lab in seen_counts and c < seen_counts[lab]}
+        for labels, v1 in s.series(name + "_bucket").items():
+            if not view.keep(key, labels):
+                continue
+            lab = dict(labels)
+            try:
+                le = float(lab.pop("le"))
+            except (KeyError, ValueError):
+                continue
+            if math.isnan(le):
+                continue
+            series = tuple(sorted(lab.items()))
+            if i:
+                v0 = None if series in reset else seen.get(labels)
+                out[view.group(series)][le] += _counter_delta(v0, v1)
+            seen[labels] = v1
+        seen_counts.update(counts)
     return {g: sorted(b.items()) for g, b in out.items()}
 
 
-def _sum_over(view: _View, key: str, sample: str, first: Scrape, last: Scrape) -> dict[Group, float]:
-    return {g: sum(s.values()) for g, s in _deltas(view, key, sample, first, last).items()}
+def _sum_over(view: _View, key: str, sample: str, scrapes: list[Scrape]) -> dict[Group, float]:
+    return {g: sum(s.values()) for g, s in _deltas(view, key, sample, scrapes).items()}
+
+
+def resets(scrapes: list[Scrape]) -> list[str]:
+    """The counters that went backwards from one scrape to the next (a reset: the engine
+    restarted, or several processes answer on one address), as one note; [] when none did."""
+    seen: dict[tuple[str, Labels], tuple[float, int]] = {}
+    found: dict[tuple[str, Labels], tuple[float, float, int]] = {}
+    for i, s in enumerate(scrapes):
+        for name in sorted(s.names):
+            if not s.is_counter(name):
+                continue
+            for labels, v1 in s.series(name).items():
+                k = (name, labels)
+                if k in seen and v1 < seen[k][0] and k not in found:
+                    found[k] = (seen[k][0], v1, i)
+                seen[k] = (v1, i)
+    if not found:
+        return []
+    at = sorted({i for _, _, i in found.values()})
+    # Plain counters read better than the buckets of a histogram: they come first.
+    order = sorted(found, key=lambda k: (k[0].endswith(("_bucket", "_sum", "_count")), k[0], k[1]))
+    examples = [f"{series_text(n, lab)} {found[n, lab][0]:g} -> {found[n, lab][1]:g}" for n, lab in order]
+    return [f"{len(found)} counter series went backwards between scrapes (a counter reset: the engine restarted, "
+            f"or more than one process answers on this address) at scrape {', '.join(str(i + 1) for i in at)} "
+            f"of {len(scrapes)}: {listed(examples)}; their increase was counted from zero after the reset, "
+            "as Prometheus' rate() does"]
 
 
 def _gauge_totals(view: _View, key: str, name: str, scrapes: list[Scrape], across: str) -> dict[Group, list[float]]:
@@ -143,19 +187,19 @@ def _evaluate(view, sdef: SignalDef, names, scrapes, first, last, window) -> dic
     probe combines its rows."""
     key = sdef.metric
     if sdef.op == "quantile":
-        operands = [_hist_reset_aware(view, key, names[0], first, last)]
+        operands = [_hist_reset_aware(view, key, names[0], scrapes)]
     elif sdef.op == "count_rate":
-        operands = [{g: c / window for g, c in _sum_over(view, key, names[0] + "_count", first, last).items()}]
+        operands = [{g: c / window for g, c in _sum_over(view, key, names[0] + "_count", scrapes).items()}]
     elif sdef.op == "mean":
-        counts = _sum_over(view, key, names[0] + "_count", first, last)
-        sums = _sum_over(view, key, names[0] + "_sum", first, last)
+        counts = _sum_over(view, key, names[0] + "_count", scrapes)
+        sums = _sum_over(view, key, names[0] + "_sum", scrapes)
         operands = [{g: sums.get(g, 0.0) for g in counts}, counts]
     elif sdef.op == "rate":
-        operands = [{g: d / window for g, d in _sum_over(view, key, names[0], first, last).items()}]
+        operands = [{g: d / window for g, d in _sum_over(view, key, names[0], scrapes).items()}]
     elif sdef.op == "ratio":
         # A counter with no series in a group counted nothing there.
-        den = _sum_over(view, sdef.den, names[1], first, last)
-        num = _sum_over(view, sdef.num, names[0], first, last)
+        den = _sum_over(view, sdef.den, names[1], scrapes)
+        num = _sum_over(view, sdef.num, names[0], scrapes)
         operands = [{g: num.get(g, 0.0) for g in den}, den]
     elif sdef.op in ("avg", "max"):
         series = _gauge_totals(view, key, names[0], scrapes, view.d.metrics[key].across)
@@ -176,3 +220,14 @@ def _mean(xs: list[float]) -> float:
 
 def to_replicas(groups: dict[Group, dict[str, Signal]]) -> list[Replica]:
     return _replicas.fold(groups)
+
+
+def notes(scrapes: list[Scrape]) -> list[str]:
+    """What the snapshot should say about its scrapes: each exposition problem once (with how many
+    scrapes had it), then the counter resets between them."""
+    seen: dict[str, int] = {}
+    for s in scrapes:
+        for p in s.problems:
+            seen[p] = seen.get(p, 0) + 1
+    out = [p if n == len(scrapes) else f"{p} (in {n} of {len(scrapes)} scrapes)" for p, n in seen.items()]
+    return out + resets(scrapes)

@@ -12,7 +12,8 @@ from functools import cached_property
 
 from probes._promql import SignalPlan
 from probes.catalog import SignalDef
-from probes.exposition import bucket_quantile
+from probes.errors import ProbeError
+from probes.exposition import bucket_quantile, listed
 from probes.snapshot import INTERPOLATED
 
 Group = tuple[tuple[str, str], ...]
@@ -29,6 +30,53 @@ def why_empty(op: str) -> str:
 def group_key(labels: dict[str, str], by: list[str] | None) -> Group:
     """The replica a row belongs to (() for the aggregate). Prometheus drops empty labels, so do we."""
     return tuple((k, labels[k]) for k in by or () if labels.get(k))
+
+
+def checked_rows(result: object, server: str, what: str) -> tuple[Rows, list[str]]:
+    """An instant query's `data.result` as rows the probe can read, and notes.
+
+    ProbeError unless it is an instant vector: a list of {"metric": {label: text}, "value": [time,
+    "number"]}; a server answering otherwise is not Prometheus. Two rows with the same label sets
+    (empty labels dropped, as Prometheus does) are the same series twice, which Prometheus never
+    returns in one answer (a proxy merging two sources might): the first is kept and a note says so.
+    A counter reset needs no note here: rate() and increase() in the queries already count it."""
+    def bad(why: str) -> ProbeError:
+        return ProbeError(f"{server} does not answer like a Prometheus server: {why}")
+
+    if not isinstance(result, list):
+        raise bad(f"data.result is {type(result).__name__}, not a vector of series")
+    rows: Rows = []
+    seen: set[Group] = set()
+    repeats: list[str] = []
+    for i, r in enumerate(result):
+        if not isinstance(r, dict):
+            raise bad(f"series {i + 1} is {type(r).__name__}, not an object")
+        metric = r.get("metric", {})
+        if not isinstance(metric, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+            raise bad(f"series {i + 1} has labels that are not text")
+        value = r.get("value")
+        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str) and _number(value[1])):
+            raise bad(f"series {i + 1} has no [time, \"number\"] value")
+        key = tuple(sorted((k, v) for k, v in metric.items() if v))
+        if key in seen:
+            repeats.append("{" + ",".join(f'{k}="{v[:60]}"' for k, v in key) + "}")
+            continue
+        seen.add(key)
+        rows.append(r)
+    notes = []
+    if repeats:
+        shown = what if len(what) <= 120 else what[:120] + "..."
+        notes.append(f"Prometheus returned the same series more than once in one answer ({len(repeats)} repeats: "
+                     f"{listed(sorted(set(repeats)))}) to {shown}; the first of each was used")
+    return rows, notes
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def value_of(row: dict) -> float:

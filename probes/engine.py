@@ -10,9 +10,11 @@ from collections.abc import Callable
 import httpx
 
 from probes import _delta, _missing, gpu
+from probes import http as _http
 from probes.catalog import Dialect, dialects, detect_engines
 from probes.errors import BadExposition, NotAnEngine, ProbeError, TargetUnreachable
 from probes.exposition import Scrape, parse
+from probes.http import HttpConfig
 from probes.snapshot import EngineInfo, GpuStatus, Snapshot
 
 log = logging.getLogger(__name__)
@@ -21,14 +23,8 @@ _CONFIG_DROP = {"engine", "model_name", "instance", "job", "pod"}
 
 
 def _get(client: httpx.Client, url: str, path: str) -> httpx.Response:
-    try:
-        return client.get(url + path)
-    except httpx.ConnectError as e:
-        raise TargetUnreachable(f"engine at {url} is unreachable: connection refused or no route") from e
-    except httpx.TimeoutException as e:
-        raise TargetUnreachable(f"engine at {url} did not answer {path} within {client.timeout.read}s") from e
-    except httpx.HTTPError as e:
-        raise TargetUnreachable(f"engine at {url}: {type(e).__name__} on {path}") from e
+    """GET within the request's total deadline; a failure is one line (TargetUnreachable, TlsError)."""
+    return _http.request(client, "GET", url + path, what="engine")
 
 
 def scrape(client: httpx.Client, url: str) -> Scrape:
@@ -36,6 +32,10 @@ def scrape(client: httpx.Client, url: str) -> Scrape:
     r = _get(client, url, "/metrics")
     if r.status_code == 404:
         raise ProbeError(f"{url}/metrics returned 404: no metrics endpoint (not an engine, or metrics disabled)")
+    if r.status_code in (401, 403):
+        raise ProbeError(f"{url}/metrics returned HTTP {r.status_code}: "
+                         + ("it wants credentials: user:password@ in the URL, ADVISOR_ENGINE_USER/ADVISOR_ENGINE_PASSWORD "
+                            "or ADVISOR_ENGINE_TOKEN" if r.status_code == 401 else "the credentials given are not allowed"))
     if r.status_code >= 400:
         raise ProbeError(f"{url}/metrics returned HTTP {r.status_code}: engine unhealthy")
     return parse(r.text, t)
@@ -97,11 +97,16 @@ def _gpu_status(url: str, local_gpu: bool | None) -> GpuStatus:
 def probe_engine(url: str, window_s: float = 60.0, model: str | None = None, engine: str | None = None,
                  timeout: float = 10.0, per_replica: bool = True, local_gpu: bool | None = None,
                  progress: Callable[[float, float], None] | None = None,
-                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep) -> Snapshot:
-    """Sample url/metrics over window_s: counters and histograms from the first and last scrape,
-    gauges from every scrape in between."""
+                 transport: httpx.BaseTransport | None = None, sleep: Callable[[float], None] = time.sleep,
+                 http: HttpConfig | None = None) -> Snapshot:
+    """Sample url/metrics over window_s: counters and histograms from their increases scrape to
+    scrape (a reset noted), gauges from every scrape. http: TLS and credentials (default: verified TLS, none;
+    user info in the URL is taken as credentials and never shown); timeout: each request's deadline."""
+    url, userinfo = _http.split_userinfo(url)
     url = url.rstrip("/")
-    with httpx.Client(timeout=timeout, transport=transport) as client:
+    cfg = http or HttpConfig()
+    cfg = cfg.with_(timeout=timeout, auth=userinfo or cfg.auth)
+    with _http.client(cfg, transport=transport) as client:
         first = scrape(client, url)
         dialect = detect(first, engine, url)
         scrapes, problems = [first], []
@@ -117,6 +122,7 @@ def probe_engine(url: str, window_s: float = 60.0, model: str | None = None, eng
                 break
         if len(scrapes) < 2:
             raise TargetUnreachable(f"engine at {url} stopped answering before a second scrape: {problems[-1]}")
+        problems += _delta.notes(scrapes)  # duplicate series, self-contradicting histograms, counter resets
         info = engine_info(client, url, dialect, scrapes[-1], model)
         groups = _delta.compute(dialect, scrapes, model, per_replica=False)
         snap = Snapshot(target=url, via="engine", window_s=scrapes[-1].t - first.t, model=model,

@@ -11,20 +11,21 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Union
 
-import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-from urllib3.util.retry import Retry
+import httpx
 
 from probes import _missing, _primitives, _promql, _replicas
+from probes import http as _http
 from probes._promql import Primitive, SignalPlan
 from probes.catalog import GPU_DIALECT, Dialect, detect_engines, dialects, signal_unit, signals_for
-from probes.errors import NotAnEngine, ProbeError, TargetUnreachable
+from probes.errors import NotAnEngine, ProbeError
+from probes.http import HttpConfig
 from probes.snapshot import EngineInfo, GpuDevice, GpuStatus, Signal, Snapshot
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 NOT_CONFIG = {"__name__", "instance", "job", "pod", "engine", "namespace", _promql.PART_LABEL}
 # Answers to a POST that mean "this endpoint takes no POST": switch to GET.
 POST_REFUSED = (405, 501)
+# Answers that a second try may get past (a proxy or a busy server): retried once.
+RETRY_ON = (502, 503, 504)
+RETRY_PAUSE_S = 0.2
 # Answers to a combined query that asking its parts one by one can get around: a parse or execution
 # error (a construct the server lacks, too many samples for one query) or a body or URL too long.
 # Not 401/403/404: every part would be refused alike.
@@ -48,60 +52,60 @@ class _Rejected(ProbeError):
         self.detail = detail
 
 
-class _CountingRetry(Retry):
-    """urllib3's Retry that reports each retry it grants: each one is another HTTP request."""
-
-    on_retry = None
-
-    def increment(self, *args, **kwargs):
-        new = super().increment(*args, **kwargs)  # raises when no retry is left
-        if type(self).on_retry:
-            type(self).on_retry()
-        return new
-
-
 class _Client:
-    """Instant queries POSTed as a form (no URL length limit), a short retry, a count of every
-    HTTP request (retries included), and our error types."""
+    """Instant queries POSTed as a form (no URL length limit; GET where POST is refused), one retry
+    on 502/503/504, a count of every HTTP request (retries included), and our error types. Requests
+    go through probes.http: TLS verified unless the config opts out, its credentials (or those in
+    the URL's user info, which never reach a message), and a total deadline per request."""
 
-    def __init__(self, url: str, timeout: float):
+    def __init__(self, url: str, timeout: float, http: HttpConfig | None = None):
+        url, userinfo = _http.split_userinfo(url)
         self.url = url.rstrip("/")
-        self.timeout = timeout
+        cfg = http or HttpConfig()
+        self.cfg = cfg.with_(timeout=timeout, auth=userinfo or cfg.auth)
         self.queries = 0
         self.method = "POST"
         self.notes: list[str] = []
         self._lock = threading.Lock()
-        retry = type("_Retry", (_CountingRetry,), {"on_retry": staticmethod(self._count)})(
-            total=1, backoff_factor=0.2, status_forcelist=[502, 503, 504],
-            allowed_methods=Retry.DEFAULT_ALLOWED_METHODS | {"POST"})  # a query is a read: retry it alike
-        self._session = requests.Session()
-        self._session.verify = False
-        # PrometheusConnect mounts the retrying adapter on the session. Its own POST (0.7.x) still
-        # puts the query in the URL, so queries are posted as a form body on the same session.
-        self._prom = PrometheusConnect(url=self.url, disable_ssl=True, timeout=timeout, retry=retry,
-                                       session=self._session, method="POST")
+        self._http = _http.client(self.cfg)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "_Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _count(self) -> None:
         with self._lock:
             self.queries += 1
 
-    def _send(self, form: dict) -> requests.Response:
+    def _once(self, method: str, endpoint: str, form: dict | None) -> httpx.Response:
+        self._count()
+        kw = {"data": form} if method == "POST" else {"params": form}
+        return _http.request(self._http, method, endpoint, what="Prometheus", **kw)
+
+    def _retrying(self, method: str, endpoint: str, form: dict | None) -> httpx.Response:
+        resp = self._once(method, endpoint, form)
+        if resp.status_code in RETRY_ON:
+            time.sleep(RETRY_PAUSE_S)
+            resp = self._once(method, endpoint, form)
+        return resp
+
+    def _send(self, form: dict) -> httpx.Response:
         endpoint = f"{self.url}/api/v1/query"
-        try:
-            if self.method == "POST":
-                self._count()
-                resp = self._session.post(endpoint, data=form, timeout=self.timeout)
-                if resp.status_code not in POST_REFUSED:
-                    return resp
-                with self._lock:
-                    if self.method == "POST":
-                        self.method = "GET"
-                        self.notes.append(f"Prometheus at {self.url} refused a POST (HTTP {resp.status_code}); "
-                                          "queries went by GET")
-            self._count()
-            return self._session.get(endpoint, params=form, timeout=self.timeout)
-        except requests.exceptions.RequestException as e:
-            raise TargetUnreachable(f"Prometheus at {self.url} is unreachable: {type(e).__name__}") from e
+        if self.method == "POST":
+            resp = self._retrying("POST", endpoint, form)
+            if resp.status_code not in POST_REFUSED:
+                return resp
+            with self._lock:
+                if self.method == "POST":
+                    self.method = "GET"
+                    self.notes.append(f"Prometheus at {self.url} refused a POST (HTTP {resp.status_code}); "
+                                      "queries went by GET")
+        return self._retrying("GET", endpoint, form)
 
     def query(self, promql: str, at: datetime | None) -> list[dict]:
         form = {"query": promql}
@@ -111,29 +115,46 @@ class _Client:
         if resp.status_code != 200:
             detail = f"HTTP {resp.status_code}: {_error_text(resp)}"
             shown = promql if len(promql) <= 400 else f"{promql[:400]}... ({len(promql)} characters)"
-            raise _Rejected(f"Prometheus rejected a query ({detail}): {shown}", resp.status_code, detail)
+            raise _Rejected(f"Prometheus rejected a query ({detail}){_auth_hint(resp.status_code)}: {shown}",
+                            resp.status_code, detail)
         try:
             return resp.json()["data"]["result"]
         except (ValueError, KeyError, TypeError) as e:  # a 200 that is not a Prometheus answer
             raise ProbeError(f"{self.url} does not answer like a Prometheus server: {str(e)[:200]}") from e
 
     def metric_names(self) -> set[str]:
-        self._count()
+        path = "/api/v1/label/__name__/values"
+        resp = self._retrying("GET", self.url + path, None)
+        if resp.status_code in (401, 403):
+            raise ProbeError(f"Prometheus at {self.url} refused {path} (HTTP {resp.status_code}: "
+                             f"{_error_text(resp)}){_auth_hint(resp.status_code)}")
+        if resp.status_code != 200:
+            raise ProbeError(f"{self.url} does not answer like a Prometheus server: HTTP {resp.status_code} "
+                             f"on {path}: {_error_text(resp)}")
         try:
-            return set(self._prom.all_metrics())
-        except requests.exceptions.RequestException as e:
-            raise TargetUnreachable(f"Prometheus at {self.url} is unreachable: {type(e).__name__}") from e
-        except (PrometheusApiClientException, ValueError, KeyError, TypeError) as e:
+            names = resp.json()["data"]
+        except (ValueError, KeyError, TypeError) as e:
             raise ProbeError(f"{self.url} does not answer like a Prometheus server: {str(e)[:200]}") from e
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ProbeError(f"{self.url} does not answer like a Prometheus server: {path} holds no list of names")
+        return set(names)
 
 
-def _error_text(resp: requests.Response) -> str:
+def _auth_hint(status: int) -> str:
+    if status == 401:
+        return "; it wants credentials: user:password@ in the URL, ADVISOR_PROM_USER/ADVISOR_PROM_PASSWORD or ADVISOR_PROM_TOKEN"
+    if status == 403:
+        return "; the credentials given are not allowed there"
+    return ""
+
+
+def _error_text(resp: httpx.Response) -> str:
     """Prometheus' own error message where the body is its JSON, else the start of the body."""
     try:
         said = resp.json().get("error")
     except (ValueError, AttributeError):
         said = None
-    return str(said or resp.text.strip() or resp.reason or "no message")[:200]
+    return str(said or resp.text.strip() or resp.reason_phrase or "no message")[:200]
 
 
 @dataclass
@@ -200,29 +221,38 @@ def _fetch(client: _Client, breakdowns: list[_Breakdown], at: datetime | None,
     one_by_one: list[Primitive] = []
     for b, prims, fut in futures:
         try:
-            rows.update(fut.result())
+            got, more = fut.result()
+            rows.update(got)
+            notes += more
         except _Rejected as e:
             if len(prims) == 1 or e.status not in SPLIT_ON:
                 raise
             notes.append(f"Prometheus refused the combined {b.what} query of {len(prims)} expressions "
                          f"({e.detail}); asked for them one by one")
             one_by_one += prims
-    singles = [(p, pool.submit(client.query, p.expr, at)) for p in one_by_one]
-    for p, fut in singles:
-        rows[p] = fut.result()
+    singles = [pool.submit(_combined, client, [p], at) for p in one_by_one]
+    for fut in singles:
+        got, more = fut.result()
+        rows.update(got)
+        notes += more
     return rows, notes
 
 
-def _combined(client: _Client, prims: list[Primitive], at: datetime | None) -> dict[Primitive, list[dict]]:
+def _combined(client: _Client, prims: list[Primitive], at: datetime | None) -> tuple[dict[Primitive, list[dict]], list[str]]:
+    """The rows of each primitive, checked (_primitives.checked_rows: a vector, each series once),
+    and notes on what the answer got wrong."""
     if len(prims) == 1:
-        return {prims[0]: client.query(prims[0].expr, at)}
+        rows, notes = _primitives.checked_rows(client.query(prims[0].expr, at), client.url, prims[0].expr)
+        return {prims[0]: rows}, notes
     ids = {f"p{i}": p for i, p in enumerate(prims)}
     out: dict[Primitive, list[dict]] = {p: [] for p in prims}
-    for row in client.query(_promql.combine([(i, p.expr) for i, p in ids.items()]), at):
+    rows, notes = _primitives.checked_rows(client.query(_promql.combine([(i, p.expr) for i, p in ids.items()]), at),
+                                           client.url, f"a combined query of {len(prims)} expressions")
+    for row in rows:
         p = ids.get(row.get("metric", {}).get(_promql.PART_LABEL))
         if p is not None:
             out[p].append(row)
-    return out
+    return out, notes
 
 
 def _signal(plan: SignalPlan, v: float, window_s: float, note: str | None) -> Signal:
@@ -296,11 +326,18 @@ def _engine_info(dialect: Dialect, models: Primitive | None, infos: dict[str, Pr
 
 
 def probe_prometheus(url: str, window_s: float = 60.0, model: str | None = None, at: datetime | None = None,
-                     engine: str | None = None, timeout: float = 10.0, per_replica: PerReplica = True) -> Snapshot:
+                     engine: str | None = None, timeout: float = 10.0, per_replica: PerReplica = True,
+                     http: HttpConfig | None = None) -> Snapshot:
     """Read a deployment through its Prometheus into one Snapshot. per_replica: every signal per
     replica and per GPU too (True), none (False), or only the named ones (and one more where none
-    is a signal of the engine or the GPU, so that replicas and GPUs are still counted)."""
-    client = _Client(url, timeout)
+    is a signal of the engine or the GPU, so that replicas and GPUs are still counted). http: TLS
+    and credentials (default: verified TLS, no credentials); timeout is each request's deadline."""
+    with _Client(url, timeout, http) as client:
+        return _probe(client, window_s, model, at, engine, per_replica)
+
+
+def _probe(client: _Client, window_s: float, model: str | None, at: datetime | None, engine: str | None,
+           per_replica: PerReplica) -> Snapshot:
     available = client.metric_names()
     engines = [engine] if engine else detect_engines(available)
     if engine and engine not in dialects():

@@ -9,18 +9,27 @@ anything else is a bug: one line, exit 3, and the traceback only with --debug.
 import os
 import sys
 
+import typer
+
+try:  # typer vendors click from 0.2x on; its usage errors are its own classes
+    from typer._click import exceptions as _usage
+except ImportError:  # pragma: no cover
+    from click import exceptions as _usage
+
 from advisor import interrupts
 from advisor.cli import diagnose, experiment, load, probe, rules  # noqa: F401  (registration)
 from advisor.cli._app import app, debug_enabled
 from advisor.cli._common import EXIT_FAILED, EXIT_INTERNAL, err
 from advisor.errors import AdvisorError
 from advisor.escape import one_line, plain
+from probes.http import redact_text
 
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 
 
 def _line(message: str) -> None:
-    err.print(plain(message), markup=False, highlight=False)
+    # A URL's credentials never reach the terminal, whatever put them in the message.
+    err.print(plain(redact_text(message)), markup=False, highlight=False, soft_wrap=True)
 
 
 def _finish(code: int) -> None:
@@ -34,8 +43,22 @@ def _finish(code: int) -> None:
 def main() -> None:
     interrupts.install(_line)
     try:
-        app()  # typer turns usage errors into exit 2 and an interrupt into SystemExit(130)
-        code = 0
+        # Not standalone: a usage error comes here and is said in one line like any other bad input;
+        # typer.Exit(n) and an interrupt (130) come back as the return value.
+        rv = app(standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+    except _usage.NoArgsIsHelpError as e:
+        e.show()
+        code = e.exit_code
+    except _usage.UsageError as e:
+        path = e.ctx.command_path if e.ctx is not None else "advisor"
+        _line(f"error: {one_line(e.format_message(), 2000)} (see '{path} --help')")
+        code = e.exit_code
+    except _usage.ClickException as e:
+        _line(f"error: {one_line(e.format_message(), 2000)}")
+        code = e.exit_code
+    except typer.Abort:
+        code = 130
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_FAILED)
     except KeyboardInterrupt:

@@ -5,15 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
+from advisor import escape
 from advisor.settings import get_settings
 
 app = typer.Typer(
     help="LLM serving advisor: reads a deployment's live metrics, recognises the symptom, ranks the checks "
-    "from the optimisation map, and proves them with A/B experiments.",
+    "from the optimisation map, and proves them with A/B experiments.\n\n"
+    "TLS certificates are verified (opt out with --insecure or ADVISOR_TLS_VERIFY=false; trust other CAs with "
+    "--ca-bundle or ADVISOR_CA_BUNDLE). Credentials: user:password@ in a URL (never printed or stored), or "
+    "ADVISOR_PROM_USER with ADVISOR_PROM_PASSWORD or ADVISOR_PROM_PASSWORD_FILE, or ADVISOR_PROM_TOKEN or "
+    "ADVISOR_PROM_TOKEN_FILE (bearer), and the same with ADVISOR_ENGINE_ for engines.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -29,8 +35,20 @@ def debug_enabled() -> bool:
 
 @app.callback()
 def _setup(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug detail to stderr.")] = False,
-           debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an internal error (exit 3) instead of one line.")] = False) -> None:
+           debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an internal error (exit 3) instead of one line.")] = False,
+           insecure: Annotated[bool, typer.Option("--insecure", help="Do not verify TLS certificates (Prometheus, engines, the load generator); warns on every run. Same as ADVISOR_TLS_VERIFY=false.")] = False,
+           ca_bundle: Annotated[Optional[Path], typer.Option("--ca-bundle", help="PEM file (or hashed directory) of the CAs to trust instead of the default store. Default: ADVISOR_CA_BUNDLE.")] = None) -> None:
     global _debug
     _debug = debug
     level = logging.DEBUG if verbose else getattr(logging, get_settings().log_level.upper(), logging.WARNING)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(escape.PlainFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+    from advisor import net
+
+    net.set_tls_options(insecure=insecure, ca_bundle=ca_bundle)
+    warning = net.insecure_warning()
+    if warning:
+        sys.stderr.write(warning + "\n")
+        sys.stderr.flush()
+    net.check_tls()

@@ -9,11 +9,14 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from advisor import escape, interrupts
+from advisor import escape, interrupts, net
+from advisor.errors import AdvisorError
+from advisor.net import ENGINE_CREDENTIALS_HELP, PROM_CREDENTIALS_HELP
 from advisor.settings import get_settings
 from advisor.units import parse_duration, parse_time
-from probes import ProbeError, Snapshot, probe_engine, probe_prometheus
+from probes import Snapshot, probe_engine, probe_prometheus
 from probes.errors import BadExposition, CatalogError
+from probes.http import redact_text
 
 # A pipe or CI log gets a fixed, readable width instead of rich's 80-column fallback.
 out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 140)
@@ -33,17 +36,41 @@ class ReportFormat(str, Enum):
     markdown = "markdown"
 
 
-PromUrl = Annotated[Optional[str], typer.Option("--prom-url", help="Prometheus server that scrapes the deployment, e.g. http://127.0.0.1:9090.")]
-EngineUrl = Annotated[Optional[str], typer.Option("--url", help="An engine's base URL; its /metrics is sampled directly, without Prometheus.")]
+PromUrl = Annotated[Optional[str], typer.Option("--prom-url", help="Prometheus server that scrapes the deployment, e.g. http://127.0.0.1:9090. " + PROM_CREDENTIALS_HELP)]
+EngineUrl = Annotated[Optional[str], typer.Option("--url", help="An engine's base URL; its /metrics is sampled directly, without Prometheus. " + ENGINE_CREDENTIALS_HELP)]
 Window = Annotated[Optional[str], typer.Option("--window", help="How far back to look (Prometheus) or how long to sample (--url): 30s, 5m, 1h. Default: $ADVISOR_WINDOW, else 60s. Reading stops after at most the window (--url) plus 6 x $ADVISOR_TIMEOUT (10s) plus 10s.")]
 Model = Annotated[Optional[str], typer.Option("--model", help="Only this served model's series (the engine's model label).")]
 At = Annotated[Optional[str], typer.Option("--at", help="Evaluate at this time (RFC 3339 or unix seconds) instead of now; Prometheus only.")]
 Engine = Annotated[Optional[str], typer.Option("--engine", help="Skip detection and read this dialect: vllm, sglang, tgi, llamacpp, trtllm, triton.")]
 
 
+def positive_finite(value: float | None) -> float | None:
+    """Option callback for a rate: a finite number above zero (typer's min= is inclusive)."""
+    import math
+
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"must be a finite number above 0, got {value}")
+    return value
+
+
+def check_store_early(save: bool) -> None:
+    """With --save, open the store (create, migrate) before anything runs: an unwritable data dir
+    or a bad ADVISOR_DB_URL is one line now, not a lost result later."""
+    if not save:
+        return
+    from advisor.store import StoreError, open_store
+
+    try:
+        open_store(get_settings().database_url).close()
+    except StoreError as e:
+        raise fail(str(e)) from None
+
+
 def fail(message: str) -> typer.Exit:
     """One line on stderr, exit 2. The message may hold text from a target or a file: escaped here."""
-    err.print(f"[red]error:[/] {escape.markup(escape.one_line(message, 2000))}", highlight=False)
+    # soft_wrap: a long line stays one line (the terminal wraps it), never broken into two by rich.
+    err.print(f"[red]error:[/] {escape.markup(escape.one_line(redact_text(message), 2000))}", highlight=False,
+              soft_wrap=True)
     return typer.Exit(EXIT_FAILED)
 
 
@@ -62,18 +89,21 @@ def take_snapshot(prom_url: str | None, url: str | None, window: str | None, mod
     if when and url:
         raise fail("--at needs --prom-url: an engine's /metrics only tells the present")
     try:
+        # Credentials in the URL are split off here: only the credential-free URL goes further.
         if prom_url:
+            prom_url, http = net.target(prom_url, "prom", "--prom-url")
             with interrupts.budget(probe_budget(None, settings.timeout), "reading Prometheus"):
                 return probe_prometheus(prom_url, window_s=window_s, model=model, at=when, engine=engine,
-                                        timeout=settings.timeout, per_replica=per_replica)
+                                        timeout=settings.timeout, per_replica=per_replica, http=http)
+        url, http = net.target(url, "engine", "--url")
 
         def progress(done: float, total: float) -> None:
             err.print(f"[dim]sampling {escape.markup(url)}/metrics: {done:.0f}/{total:.0f}s[/]", highlight=False)
 
         with interrupts.budget(probe_budget(window_s, settings.timeout), f"sampling {url}"):
             return probe_engine(url, window_s=window_s, model=model, engine=engine, timeout=settings.timeout,
-                                progress=progress)
-    except (ProbeError, BadExposition, CatalogError) as e:
+                                progress=progress, http=http)
+    except (AdvisorError, BadExposition, CatalogError) as e:
         raise fail(str(e)) from None
 
 

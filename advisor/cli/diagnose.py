@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from advisor import escape
 from advisor.cli._app import app
 from advisor.cli._common import (EXIT_FOUND, EXIT_OK, At, Engine, EngineUrl, Model, PromUrl,
-    ReportFormat, Window, err, fail, out, take_snapshot)
+    ReportFormat, Window, check_store_early, err, fail, out, take_snapshot)
 from advisor.settings import get_settings
 
 
@@ -27,7 +27,7 @@ def diagnose(
     output: Annotated[ReportFormat, typer.Option("--output", "-o", help="text for people, json for machines, markdown for tickets.")] = ReportFormat.text,
     save: Annotated[bool, typer.Option("--save", help="Record this diagnosis in the store (ADVISOR_DB_URL, default SQLite in the data dir) for the dashboard and weekly report.")] = False,
     deployment: Annotated[Optional[Path], typer.Option("--deployment", help="Deployment YAML of the diagnosed target: needed by --experiment, and its flags are the configuration the checks consider.")] = None,
-    experiments: Annotated[int, typer.Option("--experiment", help="Run A/B experiments for the top N testable checks and put their verdicts into the diagnosis (needs --deployment).")] = 0,
+    experiments: Annotated[int, typer.Option("--experiment", min=0, help="Run A/B experiments for the top N testable checks and put their verdicts into the diagnosis (needs --deployment).")] = 0,
 ) -> None:
     """Recognise the deployment's symptoms and rank the checks the optimisation map prescribes.
 
@@ -43,11 +43,7 @@ def diagnose(
         rules = load_rules(overrides=overrides)
     except (SLOError, RuleError) as e:
         raise fail(str(e)) from None
-    # Only what the rules read replica by replica is broken down: at 64 replicas the full
-    # breakdown is most of the query time (benchmarks/README.md).
-    snap = take_snapshot(prom_url, url, window, model, at, engine, per_replica=per_replica_signals(rules))
-    if not any(s.present for s in snap.signals.values()):
-        raise fail(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
+    # Every input is checked before the target is read.
     if experiments and not deployment:
         raise fail("--experiment needs --deployment (how to launch the candidate)")
     dep = None
@@ -58,11 +54,17 @@ def diagnose(
             dep = load_deployment(deployment)
         except DeploymentError as e:
             raise fail(str(e)) from None
+    check_store_early(save)
+    # Only what the rules read replica by replica is broken down: at 64 replicas the full
+    # breakdown is most of the query time (benchmarks/README.md).
+    snap = take_snapshot(prom_url, url, window, model, at, engine, per_replica=per_replica_signals(rules))
+    if not any(s.present for s in snap.signals.values()):
+        raise fail(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
     result = run_diagnosis(snap, rules, slo_spec)
     if experiments:
         from advisor.experiments.checks import verify_top_checks
 
-        verify_top_checks(result, dep, experiments, say=lambda m: err.print(f"[dim]{m}[/]", highlight=False))
+        verify_top_checks(result, dep, experiments, say=lambda m: err.print(f"[dim]{escape.markup(m)}[/]", highlight=False))
     if save:
         from advisor.store import StoreError, open_store
 
@@ -74,8 +76,8 @@ def diagnose(
             raise fail(str(e)) from None
         err.print(f"[dim]saved as diagnosis {run_id}[/]")
     if output is ReportFormat.json:
-        print(json.dumps({"healthy": result.healthy, "top_severity": result.top_severity,
-                          **result.model_dump(mode="json")}, indent=2))
+        print(escape.json_text({"healthy": result.healthy, "top_severity": result.top_severity,
+                                **result.model_dump(mode="json")}))
     elif output is ReportFormat.markdown:
         from advisor.reports.markdown import render as render_md
 

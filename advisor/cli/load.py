@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
-import httpx
 import typer
 
-from advisor import escape, interrupts
+from advisor import escape, interrupts, net
 from advisor.cli._app import app
-from advisor.cli._common import EXIT_OK, Output, err, fail, out
+from advisor.cli._common import EXIT_OK, Output, check_store_early, err, fail, out, positive_finite
+from advisor.errors import AdvisorError
 from advisor.loadgen.loop import run_load
 from advisor.settings import get_settings
+from probes.http import HttpConfig, request
+from probes.http import client as http_client
 
 
-def _model_of(target: str, timeout: float) -> str:
+def _model_of(target: str, http: HttpConfig) -> str:
+    """The target's first served model, asked within one request deadline."""
     try:
-        r = httpx.get(target.rstrip("/") + "/v1/models", timeout=timeout)
-        r.raise_for_status()
+        with http_client(http) as c:
+            r = request(c, "GET", target.rstrip("/") + "/v1/models", what="engine")
+        if r.status_code != 200:
+            raise fail(f"{target}/v1/models answered HTTP {r.status_code}: give --model")
         return r.json()["data"][0]["id"]
-    except httpx.HTTPError as e:
-        raise fail(f"{target} is unreachable or has no /v1/models ({type(e).__name__}): give --model") from None
+    except AdvisorError as e:
+        raise fail(f"{e}; or give --model") from None
     except (ValueError, KeyError, IndexError, TypeError):
         raise fail(f"{target}/v1/models lists no model: give --model") from None
 
@@ -38,17 +42,17 @@ def run_budget(job) -> float:
 
 @app.command()
 def load(
-    target: Annotated[str, typer.Option("--target", help="The engine's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000.")],
+    target: Annotated[str, typer.Option("--target", help="The engine's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000. " + net.ENGINE_CREDENTIALS_HELP)],
     workload_file: Annotated[Optional[Path], typer.Option("--workload", help="A workload YAML: buckets, prefix, arrival, cancellation, duration, seed.")] = None,
-    from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from this Prometheus: the deployment's own length histograms, prefix hit rate and arrival rate.")] = None,
+    from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from this Prometheus: the deployment's own length histograms, prefix hit rate and arrival rate. " + net.PROM_CREDENTIALS_HELP)] = None,
     from_trace: Annotated[Optional[Path], typer.Option("--from-trace", help="Replay a trace: JSONL (timestamp, prompt_tokens, output_tokens, prefix_id), Mooncake JSONL or Azure CSV.")] = None,
     duration: Annotated[Optional[str], typer.Option("--duration", help="Run length, e.g. 60s or 5m (overrides the workload's).")] = None,
-    rate: Annotated[Optional[float], typer.Option("--rate", help="Requests per second (overrides the workload's open-loop rate).")] = None,
-    concurrency: Annotated[Optional[int], typer.Option("--concurrency", help="Closed loop: keep this many requests in flight instead of a rate.")] = None,
+    rate: Annotated[Optional[float], typer.Option("--rate", callback=positive_finite, help="Requests per second, above 0 (overrides the workload's open-loop rate).")] = None,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", min=1, help="Closed loop: keep this many requests in flight instead of a rate (at least 1).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Served model name. Default: the workload's, else the target's first model.")] = None,
     window: Annotated[str, typer.Option("--window", help="With --from-prom: how much history shapes the workload.")] = "1h",
-    warmup: Annotated[Optional[str], typer.Option("--warmup", help="Exclude requests scheduled in the first N seconds, e.g. 5s.")] = None,
-    export: Annotated[Optional[Path], typer.Option("--export", help="Write every request's record to FILE (.jsonl, .csv or .parquet).")] = None,
+    warmup: Annotated[Optional[str], typer.Option("--warmup", help="Exclude requests scheduled in the first N seconds, e.g. 5s (0 for none).")] = None,
+    export: Annotated[Optional[Path], typer.Option("--export", help="Write every request's record to FILE (.jsonl, .csv or .parquet); its folder is checked before the run.")] = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the run and its samples in the store.")] = False,
     output: Annotated[Output, typer.Option("--output", "-o", help="text: a summary table by bucket; json: the summary with generator validity.")] = Output.text,
 ) -> None:
@@ -69,9 +73,20 @@ def load(
     settings = get_settings()
     try:
         duration_s = parse_duration(duration) if duration else None
-        warmup_s = parse_duration(warmup) if warmup else None
+        warmup_s = parse_duration(warmup, allow_zero=True) if warmup else None
         window_s = parse_duration(window)
     except ValueError as e:
+        raise fail(str(e)) from None
+    if export:  # before the run: a bad destination must not cost the results
+        try:
+            execute.check_export(export)
+        except execute.LoadError as e:
+            raise fail(str(e)) from None
+    check_store_early(save)
+    try:  # credentials in the URLs are split off here: only the credential-free URLs go further
+        target, http = net.target(target, "engine", "--target")
+        from_prom, prom_http = net.target(from_prom, "prom", "--from-prom") if from_prom else (None, None)
+    except AdvisorError as e:
         raise fail(str(e)) from None
     prepare_budget = interrupts.budget(PREPARE_BUDGET_S + 12 * settings.timeout,
                                        "preparing the load (workload, prompt sizing)")
@@ -80,7 +95,8 @@ def load(
             job = execute.prepare(target, workload_file=workload_file, from_prom=from_prom, from_trace=from_trace,
                                   duration_s=duration_s, rate=rate, concurrency=concurrency, window_s=window_s,
                                   warmup_s=warmup_s, model=model or None, timeout=settings.timeout,
-                                  model_lookup=_model_of)
+                                  model_lookup=lambda t, timeout: _model_of(t, http.with_(timeout=timeout)),
+                                  http=http, prom_http=prom_http)
     except (WorkloadError, execute.LoadError) as e:
         raise fail(str(e)) from None
     if output is Output.json:
@@ -94,7 +110,7 @@ def load(
             execute.export(result, export)
         except ValueError as e:
             raise fail(str(e)) from None
-        err.print(f"[dim]wrote {len(result.run.records)} records to {export}[/]")
+        err.print(f"[dim]wrote {len(result.run.records)} records to {escape.markup(export)}[/]", highlight=False)
     if save:
         from advisor.store import StoreError, open_store
 
@@ -107,8 +123,8 @@ def load(
             raise fail(str(e)) from None
         err.print(f"[dim]saved as load run {run_id}[/]")
     if output is Output.json:
-        print(json.dumps({"workload": job.workload.model_dump(mode="json"), "manifest": result.manifest,
-                          **result.summary.model_dump(mode="json")}, indent=2))
+        print(escape.json_text({"workload": job.workload.model_dump(mode="json"), "manifest": result.manifest,
+                                **result.summary.model_dump(mode="json")}))
     else:
         from advisor.reports.load_text import render
 

@@ -28,7 +28,9 @@ def probe(
     """
     snap = take_snapshot(prom_url, url, window, model, at, engine)
     if output is Output.json:
-        print(snap.to_json())
+        from advisor.escape import json_text
+
+        print(json_text(snap.model_dump(mode="json")))
     else:
         from advisor.reports.snapshot_text import render
 

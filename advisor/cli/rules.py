@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from advisor import escape
 from advisor.cli._app import app
 from advisor.cli._common import (fail, out)
 
@@ -25,7 +26,7 @@ def rules_list() -> None:
     except RuleError as e:
         raise fail(str(e)) from None
     for r in rules:
-        out.print(f"[bold]{r.id}[/]  {r.layer:<20} {r.symptom}", highlight=False)
+        out.print(f"[bold]{escape.markup(r.id)}[/]  {escape.markup(f'{r.layer:<20} {r.symptom}')}", highlight=False)
 
 
 @rules_app.command("show")

@@ -4,12 +4,17 @@ mechanism from the knob vocabulary."""
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
+import difflib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import Field, RootModel
+
+from advisor.errors import AdvisorError
+from advisor.inputs import InputModel, field_error, load_yaml, unknown_key, validate
 
 from advisor.diagnosis.expr import Expr, RuleSyntaxError, parse_expr
 from advisor.diagnosis.model import SEVERITY_ORDER
@@ -141,6 +146,51 @@ def _check(raw: Any, where: str, params: dict, slos: set[str]) -> CheckSpec:
 
 
 DOC_FIELDS = ("detects", "evidence", "change", "references")
+OVERRIDE_KEYS = ("params", "severity", "enabled")
+
+
+def _finite(v: Any) -> bool:
+    """A number that can be compared: not a bool, not NaN, not an infinity."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _suggest(key: object, known) -> str:
+    close = difflib.get_close_matches(str(key), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(map(str, known)) or 'none'})"
+
+
+def _checked_override(override: Any, rid: Any, params: dict) -> dict:
+    """An override given in code (load_overrides validates a file's before this): same checks."""
+    who = f"override for {rid}"
+    if override is None:
+        return {}
+    if not isinstance(override, dict):
+        raise RuleSyntaxError(f"{who}: expected a mapping of params, severity, enabled")
+    for k in override:
+        if k not in OVERRIDE_KEYS:
+            raise RuleSyntaxError(f"{who}: unknown key {k!r}{_suggest(k, OVERRIDE_KEYS)}")
+    if not isinstance(override.get("enabled", True), bool):
+        raise RuleSyntaxError(f"{who}: enabled must be true or false, got {override['enabled']!r}")
+    over_params = override.get("params") or {}
+    if not isinstance(over_params, dict):
+        raise RuleSyntaxError(f"{who}: params must be a mapping")
+    for k, v in over_params.items():
+        if k not in params:
+            raise RuleSyntaxError(f"{who}: unknown parameter {k!r}{_suggest(k, params)}")
+        if not _finite(v):
+            raise RuleSyntaxError(f"{who}: params.{k} must be a finite number, got {v!r}")
+    sev = override.get("severity") or {}
+    if not isinstance(sev, dict) or any(k != "thresholds" for k in sev):
+        raise RuleSyntaxError(f"{who}: severity takes only thresholds")
+    th = sev.get("thresholds") or {}
+    if not isinstance(th, dict):
+        raise RuleSyntaxError(f"{who}: severity.thresholds must be a mapping")
+    for k, v in th.items():
+        if k not in LEVELS:
+            raise RuleSyntaxError(f"{who}: unknown severity level {k!r}{_suggest(k, LEVELS)}")
+        if not _finite(v):
+            raise RuleSyntaxError(f"{who}: severity.thresholds.{k} must be a finite number, got {v!r}")
+    return override
 
 
 def parse_rule(raw: Any, path: Path, override: dict | None = None) -> Rule:
@@ -148,18 +198,22 @@ def parse_rule(raw: Any, path: Path, override: dict | None = None) -> Rule:
     try:
         if not isinstance(raw, dict):
             raise RuleSyntaxError(f"{where}: expected a mapping at the top level")
-        override = override or {}
-        params = {k: float(v) for k, v in (raw.get("params") or {}).items()}
+        raw_params = raw.get("params") or {}
+        if not isinstance(raw_params, dict):
+            raise RuleSyntaxError(f"{where}.params: expected a mapping of names to numbers")
+        for k, v in raw_params.items():
+            if not _finite(v):
+                raise RuleSyntaxError(f"{where}.params.{k}: expected a finite number, got {v!r}")
+        params = {k: float(v) for k, v in raw_params.items()}
+        override = _checked_override(override, raw.get("id"), params)
         for k, v in (override.get("params") or {}).items():
-            if k not in params:
-                raise RuleSyntaxError(f"override for {raw.get('id')}: unknown parameter {k!r}")
             params[k] = float(v)
         slos = set(SLO.model_fields)
         sev = _need(raw, "severity", where, dict)
         thresholds = {**_need(sev, "thresholds", f"{where}.severity", dict),
                       **((override.get("severity") or {}).get("thresholds") or {})}
-        if set(thresholds) != set(LEVELS) or any(not isinstance(v, (int, float)) for v in thresholds.values()):
-            raise RuleSyntaxError(f"{where}.severity.thresholds: needs numbers for {', '.join(LEVELS)}")
+        if set(thresholds) != set(LEVELS) or any(not _finite(v) for v in thresholds.values()):
+            raise RuleSyntaxError(f"{where}.severity.thresholds: needs finite numbers for {', '.join(LEVELS)}")
         thresholds = {k: thresholds[k] for k in LEVELS}
         vals = list(thresholds.values())
         if vals != sorted(vals) and vals != sorted(vals, reverse=True):
@@ -179,7 +233,7 @@ def parse_rule(raw: Any, path: Path, override: dict | None = None) -> Rule:
             severity_value=parse_expr(_need(sev, "value", f"{where}.severity", (dict, int, float)),
                                       f"{where}.severity.value", params, slos),
             thresholds={k: float(v) for k, v in thresholds.items()}, checks=checks, docs=docs, path=path,
-            enabled=bool(override.get("enabled", True)))
+            enabled=override.get("enabled", True))
     except RuleSyntaxError as e:
         msg = str(e)
         if msg.startswith(where + "."):
@@ -211,12 +265,67 @@ def load_rules(directory: Path | None = None, overrides: dict | None = None) -> 
     return [r for r in rules if r.enabled]
 
 
-def load_overrides(path: Path) -> dict:
-    """Per-rule overrides: {RULE_ID: {params: {...}, severity: {thresholds: {...}}, enabled: bool}}."""
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise RuleError(f"{path}: cannot read rule overrides: {str(e).splitlines()[0]}") from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+class SeverityOverride(InputModel):
+    thresholds: dict[str, float] = Field(default_factory=dict, description="severity level -> threshold")
+
+
+class RuleOverride(InputModel):
+    params: dict[str, float] = Field(default_factory=dict, description="parameter -> value, finite")
+    severity: SeverityOverride | None = None
+    enabled: bool = True
+
+
+class Overrides(RootModel[dict[str, RuleOverride]]):
+    pass
+
+
+def _rule_catalog(directory: Path) -> dict[str, tuple[dict, dict]]:
+    """id -> (params, severity thresholds) of the rule files, read as data (load_rules checks them)."""
+    out = {}
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            raw = read_yaml(path)
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+        if isinstance(raw, dict) and isinstance(raw.get("id"), str):
+            sev = raw.get("severity") if isinstance(raw.get("severity"), dict) else {}
+            params = raw.get("params") if isinstance(raw.get("params"), dict) else {}
+            th = sev.get("thresholds") if isinstance(sev.get("thresholds"), dict) else {}
+            out[raw["id"]] = (params, th)
+    return out
+
+
+def load_overrides(path: Path, directory: Path | None = None) -> dict:
+    """Per-rule overrides: {RULE_ID: {params: {...}, severity: {thresholds: {...}}, enabled: bool}}.
+
+    Checked against the rules in `directory` (default: the shipped rules): the rule exists, each
+    parameter is one of that rule's, each threshold names a severity level and keeps the levels in
+    order; values are finite numbers and `enabled` a real boolean. Errors name the file and field."""
+    data, node = load_yaml(path, RuleError)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
         raise RuleError(f"{path}: expected a mapping of rule ids to overrides")
-    return data
+    parsed = validate(Overrides, data, path, RuleError, node).root
+    catalog = _rule_catalog(directory or data_dir("rules"))
+    for rid, o in parsed.items():
+        if rid not in catalog:
+            raise RuleError(field_error(path, (rid,), unknown_key(rid, sorted(catalog), "rule"), node))
+        params, thresholds = catalog[rid]
+        for name in o.params:
+            if name not in params:
+                problem = unknown_key(name, list(params), f"parameter of {rid}") if params else \
+                    f"unknown parameter: {rid} has none"
+                raise RuleError(field_error(path, (rid, "params", name), problem, node))
+        if o.severity:
+            for level in o.severity.thresholds:
+                if level not in LEVELS:
+                    raise RuleError(field_error(path, (rid, "severity", "thresholds", level),
+                                                unknown_key(level, LEVELS, "severity level"), node))
+            merged = {**thresholds, **o.severity.thresholds}
+            vals = [merged.get(k) for k in LEVELS]
+            if all(_finite(v) for v in vals) and vals != sorted(vals) and vals != sorted(vals, reverse=True):
+                shown = ", ".join(f"{k} {merged[k]:g}" for k in LEVELS)
+                raise RuleError(field_error(path, (rid, "severity", "thresholds"),
+                                            f"the levels must stay in order ({shown})", node))
+    return {rid: o.model_dump(exclude_unset=True) for rid, o in parsed.items()}

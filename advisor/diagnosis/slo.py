@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
+
+from advisor.errors import AdvisorError
+from advisor.inputs import InputModel, load_yaml, validate
 
 
-class SLO(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SLO(InputModel):
+    """Every value finite and positive: `.inf` would switch an objective off, NaN would meet none."""
 
     ttft_p95: float = Field(default=1.0, gt=0, description="seconds from request to first token, 95th percentile")
     tpot_p95: float = Field(default=0.1, gt=0, description="seconds per output token after the first, 95th percentile")
@@ -24,19 +25,14 @@ class SLOError(AdvisorError, ValueError):
 
 
 def load_slo(path: Path | None) -> SLO:
+    """The SLO file: a mapping of SLO names to numbers, or such a mapping under a top-level `slo:`."""
     if path is None:
         return SLO()
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as e:
-        raise SLOError(f"{path}: cannot read: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise SLOError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from e
+    data, node = load_yaml(path, SLOError)
+    if data is None:
+        return SLO()
     if not isinstance(data, dict):
         raise SLOError(f"{path}: expected a mapping of SLO names to numbers")
-    try:
-        return SLO.model_validate(data.get("slo", data))
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise SLOError(f"{path}: field {field}: {err['msg']}") from e
+    if set(data) == {"slo"} and isinstance(data["slo"], dict):
+        return validate(SLO, data["slo"], path, SLOError, node, prefix=("slo",))
+    return validate(SLO, data, path, SLOError, node)

@@ -3,22 +3,23 @@ also the configuration the diagnosis knows about."""
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 import os
 import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
+
+from advisor.errors import AdvisorError
+from advisor.inputs import InputModel, load_model
 
 
 class DeploymentError(AdvisorError, ValueError):
     pass
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(InputModel):
+    """Unknown keys and non-finite numbers refused; a file is validated strictly (advisor/inputs.py)."""
 
 
 class LocalSpec(_Strict):
@@ -40,6 +41,13 @@ class LocalSpec(_Strict):
         description="after each start, put the engine's unpinned processes (vLLM's CPU engine core) on its "
                     "pinned worker's cores and the API server on the others: on small CPU-only hosts an "
                     "unpinned engine core starves the API server. Both arms get the same placement")
+    owns_process: bool = Field(
+        default=False,
+        description="the advisor owns the process found serving `port`: it may stop that process (after "
+                    "journalling its pid, create time and command line) and restart the baseline from command, "
+                    "args and env in its place, e.g. a baseline it is allowed to replace. Needed by arms: "
+                    "sequential when the port is already served. False: the advisor never signals a process it "
+                    "did not start, and refuses an experiment that would have to")
 
     @model_validator(mode="after")
     def _ports(self):
@@ -91,25 +99,25 @@ def _expand(text: str) -> str:
     return os.path.expanduser(re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), m.group(0)), text))
 
 
-def load_deployment(path: Path) -> Deployment:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise DeploymentError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise DeploymentError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
-    if not isinstance(raw, dict):
-        raise DeploymentError(f"{path}: expected a mapping at the top level")
+def _scalar_text(v):
+    # YAML reads `--max-num-seqs 2` and `VAR: 1` as numbers; argv and the environment are text.
+    # Anything else (a bool, a mapping) is left for validation to refuse with its line.
+    return _expand(str(v)) if isinstance(v, (str, int, float)) and not isinstance(v, bool) else v
+
+
+def _expand_local(raw: dict) -> dict:
     local = raw.get("local")
-    if isinstance(local, dict):
-        for k in ("command", "args"):
-            if isinstance(local.get(k), list):
-                local[k] = [_expand(str(a)) for a in local[k]]
-        if isinstance(local.get("env"), dict):
-            local["env"] = {k: _expand(str(v)) for k, v in local["env"].items()}
-    try:
-        return Deployment.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise DeploymentError(f"{path}: field {field}: {err['msg']}") from None
+    if not isinstance(local, dict):
+        return raw
+    local = dict(local)
+    for k in ("command", "args"):
+        if isinstance(local.get(k), list):
+            local[k] = [_scalar_text(a) for a in local[k]]
+    if isinstance(local.get("env"), dict):
+        local["env"] = {k: _scalar_text(v) for k, v in local["env"].items()}
+    return {**raw, "local": local}
+
+
+def load_deployment(path: Path) -> Deployment:
+    """The deployment file, validated strictly; every error one line naming the file and field."""
+    return load_model(path, Deployment, DeploymentError, prepare=_expand_local)

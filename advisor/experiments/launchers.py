@@ -13,12 +13,12 @@ from collections import deque
 from pathlib import Path
 from typing import Protocol
 
-import httpx
 import psutil
 
 from advisor.cores import isolate_engine_core
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.journal import Journal
+from advisor.experiments.processes import UNSEEN, ProcessRecord, holder, is_or_descends_from
 
 ARMS = ("baseline", "candidate")
 
@@ -28,9 +28,18 @@ class LaunchError(AdvisorError, RuntimeError):
 
 
 def healthy(url: str, path: str = "/health", timeout: float = 5.0) -> bool:
+    """Whether url+path answers 200 within `timeout` in all (connect, headers and body). An
+    untrusted TLS certificate is raised (TlsError, one line): waiting longer cannot fix it."""
+    from advisor import net
+    from advisor.errors import TargetUnreachable
+    from probes.http import TlsError, client, request
+
     try:
-        return httpx.get(url.rstrip("/") + path, timeout=timeout).status_code == 200
-    except httpx.HTTPError:
+        with client(net.config("engine", timeout=timeout, url=url)) as c:
+            return request(c, "GET", url.rstrip("/") + path, what="engine").status_code == 200
+    except TlsError:
+        raise
+    except TargetUnreachable:
         return False
 
 
@@ -60,10 +69,31 @@ def _wait_gone(proc: psutil.Process, timeout: float) -> bool:
 
 
 def stop_pid(pid: int, grace: float = 20.0) -> None:
+    """Stop whatever runs at pid, unchecked: for tests and tools cleaning up their own processes.
+    An experiment stops only recorded processes, through stop_recorded."""
     try:
         proc = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    _stop(proc, grace)
+
+
+def stop_recorded(record: ProcessRecord, grace: float = 20.0) -> str:
+    """Stop a recorded process after checking that the live process at its pid is still the
+    recorded one (same create time and command line). Returns "stopped", "exited" (it was already
+    gone), or why it was left alone."""
+    proc, why = record.check()
+    if proc is None:
+        return "exited" if why == "it has exited" else why
+    _stop(proc, grace)
+    return "stopped"
+
+
+def _stop(proc: psutil.Process, grace: float) -> None:
+    pid = proc.pid
+    try:
         pgid = os.getpgid(pid)
-    except (psutil.NoSuchProcess, ProcessLookupError):
+    except ProcessLookupError:
         return
     # The engine's workers share its process group: signal the group, not just the parent.
     def send(sig: int) -> None:
@@ -84,7 +114,9 @@ class Launcher(Protocol):
     def bring_up(self, arm: str) -> str: ...
     def check(self, arm: str) -> str | None: ...
     def take_down(self, arm: str) -> None: ...
-    def restore(self) -> None: ...
+    def restore(self) -> str | None: ...
+    def preflight(self) -> None: ...
+    def found_state(self) -> dict: ...
 
 
 class EndpointsLauncher:
@@ -107,14 +139,25 @@ class EndpointsLauncher:
     def take_down(self, arm: str) -> None:
         pass
 
-    def restore(self) -> None:
+    def preflight(self) -> None:
+        pass
+
+    def found_state(self) -> dict:
+        return {"found_serving": healthy(self.url("baseline"), self.spec.health_path)}
+
+    def restore(self) -> str | None:
         if not healthy(self.url("baseline"), self.spec.health_path):
             raise LaunchError(f"baseline {self.url('baseline')} is not healthy after the experiment")
+        return None
 
 
 class LocalLauncher:
     """Engine processes on this host. Sequential arms share the target port (the candidate replaces
-    the baseline between blocks); parallel arms put the candidate on its own port."""
+    the baseline between blocks); parallel arms put the candidate on its own port.
+
+    It stops only the processes it started itself, and the one it found serving the port when the
+    spec says the advisor owns it (`local.owns_process`). Each is journalled with its pid, create
+    time and command line, and checked against the live process at that pid before any signal."""
 
     def __init__(self, dep: Deployment, candidate_args: list[str], candidate_env: dict[str, str],
                  journal: Journal, experiment: str, log_dir: Path):
@@ -123,7 +166,11 @@ class LocalLauncher:
         self.env = {"baseline": dict(self.spec.env), "candidate": {**self.spec.env, **candidate_env}}
         self.journal, self.experiment, self.log_dir = journal, experiment, log_dir
         self.found_serving = healthy(self.url("baseline"), self.spec.health_path)
-        self.started: dict[str, int] = {}
+        # Who served the port when the experiment began; UNSEEN: something answers, but no process
+        # of this host that we can see holds the port.
+        self.found = holder(self.spec.port) or (UNSEEN if self.found_serving else None)
+        self.found_stopped = False
+        self.started: dict[str, ProcessRecord] = {}
 
     def port(self, arm: str) -> int:
         return self.spec.candidate_port if arm == "candidate" and self.spec.arms == "parallel" else self.spec.port
@@ -134,79 +181,164 @@ class LocalLauncher:
     def argv(self, arm: str) -> list[str]:
         return [*self.spec.command, *self.args[arm], self.spec.port_flag, str(self.port(arm))]
 
-    def serving(self, arm: str) -> str | None:
-        """Which arm holds the arm's port now, judged by the journal's pids."""
-        pid = listener(self.port(arm))
-        return None if pid is None else ("candidate" if pid == self.started.get("candidate") else "baseline")
+    def _may_stop_found(self) -> bool:
+        return self.spec.owns_process and self.found is not None and self.found is not UNSEEN
+
+    def preflight(self) -> None:
+        """Refuse, before anything starts, an experiment that would have to stop a process the
+        advisor may not stop."""
+        s = self.spec
+        if self.found is UNSEEN and (s.arms == "sequential" or not self.found_serving):
+            raise LaunchError(f"port {s.port} is held by {UNSEEN.describe()}: the advisor can neither check nor "
+                              f"stop it; use arms: parallel with a candidate_port, or free the port")
+        if self.found is not None and not self._may_stop_found():
+            if s.arms == "sequential":
+                raise LaunchError(f"port {s.port} is held by {self.found.describe()}, which the advisor did not start, "
+                                  "and arms: sequential would stop it; set local.owns_process: true if the advisor may "
+                                  "stop it and restart the baseline from the spec, or use arms: parallel with a "
+                                  "candidate_port")
+            if not self.found_serving:
+                raise LaunchError(f"port {s.port} is held by {self.found.describe()}, which does not answer "
+                                  f"{s.health_path} and which the advisor did not start; free the port, or set "
+                                  "local.owns_process: true if the advisor may stop it")
+        if s.arms == "parallel":
+            other = holder(s.candidate_port)
+            if other is not None:
+                raise LaunchError(f"candidate_port {s.candidate_port} is held by {other.describe()}, which the "
+                                  "advisor did not start; free it or choose another candidate_port")
+
+    def found_state(self) -> dict:
+        """What the journal's "begin" keeps: whether the baseline was serving, and who served it."""
+        return {"found_serving": self.found_serving, "arms": self.spec.arms, "owns_process": self.spec.owns_process,
+                "found": None if self.found in (None, UNSEEN) else self.found.entry(),
+                "found_unseen": self.found is UNSEEN}
+
+    def _whose(self, rec: ProcessRecord) -> str | None:
+        """'baseline' or 'candidate' for a process this launcher started (or one of its children),
+        'found' for the process found serving the port, None for anyone else's."""
+        if rec is UNSEEN:
+            return "found" if self.found is UNSEEN else None
+        for arm, mine in self.started.items():
+            if is_or_descends_from(rec.pid, mine):
+                return arm
+        if self.found not in (None, UNSEEN) and rec.pid == self.found.pid and self.found.alive():
+            return "found"
+        return None
+
+    def _holder(self, arm: str) -> ProcessRecord | None:
+        now = holder(self.port(arm))
+        if now is None and arm == "baseline" and self.found is UNSEEN and healthy(self.url(arm), self.spec.health_path):
+            return UNSEEN
+        return now
 
     def bring_up(self, arm: str) -> str:
         url = self.url(arm)
-        if self.spec.arms == "sequential":
-            other = "candidate" if arm == "baseline" else "baseline"
-            holder = listener(self.port(arm))
-            if holder is not None and (self.serving(arm) == arm) and healthy(url, self.spec.health_path):
+        now = self._holder(arm)
+        if now is not None:
+            whose = self._whose(now)
+            if (whose == arm or (arm == "baseline" and whose == "found")) and healthy(url, self.spec.health_path):
                 return url
-            if holder is not None:
-                self.journal.write(self.experiment, "stopping", arm=other, pid=holder)
-                stop_pid(holder)
-                self.journal.write(self.experiment, "stopped", arm=other, pid=holder)
-        elif healthy(url, self.spec.health_path) and (arm == "baseline" or self.started.get(arm)):
-            return url
+            self._stop_holder(now, whose, self.port(arm))
         self._start(arm)
         return url
+
+    def _stop_holder(self, now: ProcessRecord, whose: str | None, port: int) -> None:
+        if whose in ("baseline", "candidate"):
+            self._stop_mine(whose)
+            return
+        if whose == "found" and self._may_stop_found():
+            found = self.found
+            self.found_stopped = True
+            self.journal.write(self.experiment, "stopping", arm="baseline", who="found", **found.entry())
+            outcome = stop_recorded(found)
+            self.journal.write(self.experiment, "stopped", arm="baseline", who="found", pid=found.pid, outcome=outcome)
+            if outcome in ("stopped", "exited"):
+                return
+            raise LaunchError(f"left {found.describe()} alone: {outcome}")
+        raise LaunchError(f"port {port} is held by {now.describe()}, which the advisor did not start; it leaves it "
+                          "alone (local.owns_process: true lets it stop the process found serving the port)")
+
+    def _stop_mine(self, arm: str) -> str:
+        rec = self.started.pop(arm)
+        self.journal.write(self.experiment, "stopping", arm=arm, who="advisor", **rec.entry())
+        outcome = stop_recorded(rec)
+        self.journal.write(self.experiment, "stopped", arm=arm, who="advisor", pid=rec.pid, outcome=outcome)
+        return outcome
 
     def _start(self, arm: str) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{self.experiment}-{arm}-{int(time.time())}.log"
         # The advisor's own PYTHONPATH would shadow the engine's environment; the spec may set one.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | self.env[arm]
+        argv = self.argv(arm)
         with open(log_path, "wb") as log:
             # Detached: a restored baseline must keep serving after the advisor exits.
-            proc = subprocess.Popen(self.argv(arm), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=env, start_new_session=True)
-        self.started[arm] = proc.pid
-        self.journal.write(self.experiment, "starting", arm=arm, pid=proc.pid, argv=self.argv(arm), log=str(log_path))
+        # A record that never matches a live process when this one could not be read: never signalled.
+        rec = ProcessRecord.of(proc.pid) or ProcessRecord(proc.pid, -1.0, tuple(argv))
+        self.started[arm] = rec
+        self.journal.write(self.experiment, "starting", arm=arm, **rec.entry(), argv=argv, log=str(log_path))
         deadline = time.monotonic() + self.spec.start_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
+                self.started.pop(arm, None)
+                self.journal.write(self.experiment, "exited", arm=arm, pid=proc.pid, code=proc.returncode)
                 raise LaunchError(f"the {arm} engine exited with code {proc.returncode} while starting; "
                                   f"last log lines: {_tail(log_path)}")
             if healthy(self.url(arm), self.spec.health_path, timeout=2):
                 placement = isolate_engine_core(proc.pid) if self.spec.isolate_engine_core else None
-                self.journal.write(self.experiment, "started", arm=arm, pid=proc.pid, placement=placement)
+                # Read again once serving: an engine may retitle itself while it starts.
+                self.started[arm] = ProcessRecord.of(proc.pid) or rec
+                self.journal.write(self.experiment, "started", arm=arm, **self.started[arm].entry(),
+                                   placement=placement)
                 return
             time.sleep(1.0)
-        stop_pid(proc.pid)
+        self._stop_mine(arm)
+        proc.poll()
         raise LaunchError(f"the {arm} engine was not healthy after {self.spec.start_timeout_s:.0f}s; "
                           f"last log lines: {_tail(log_path)}")
 
     def check(self, arm: str) -> str | None:
-        pid = self.started.get(arm)
-        if pid is not None and not psutil.pid_exists(pid):
-            return f"the {arm} engine (pid {pid}) died"
+        rec = self.started.get(arm)
+        if rec is not None and not rec.alive():
+            return f"the {arm} engine (pid {rec.pid}) died"
         if not healthy(self.url(arm), self.spec.health_path):
             return f"the {arm} engine at {self.url(arm)} is unhealthy"
         return None
 
     def take_down(self, arm: str) -> None:
-        pid = self.started.pop(arm, None) or (listener(self.port(arm)) if arm == "candidate" else None)
-        if pid:
-            self.journal.write(self.experiment, "stopping", arm=arm, pid=pid)
-            stop_pid(pid)
-            self.journal.write(self.experiment, "stopped", arm=arm, pid=pid)
+        """Stop the arm's engine if this launcher started it; anything else is left alone."""
+        if arm in self.started:
+            self._stop_mine(arm)
 
-    def restore(self) -> None:
-        """Leave the target as it was found: the baseline serving with its own flags (verified
-        healthy) if it was serving before, nothing of ours running otherwise."""
-        if "candidate" in self.started or (self.spec.arms == "sequential" and self.serving("baseline") == "candidate"):
+    def restore(self) -> str:
+        """Leave the target as it was found: the baseline serving (verified healthy) if it was
+        serving before, restarted with its own flags only where the advisor had stopped it; nothing
+        of ours running otherwise. Returns what it did."""
+        if "candidate" in self.started:
             self.take_down("candidate")
-        if self.found_serving:
-            if not healthy(self.url("baseline"), self.spec.health_path):
-                self._start("baseline")
-            if not healthy(self.url("baseline"), self.spec.health_path):
-                raise LaunchError("the baseline did not come back healthy")
-        elif "baseline" in self.started:
-            self.take_down("baseline")
+        url = self.url("baseline")
+        if not self.found_serving:
+            if "baseline" in self.started:
+                self.take_down("baseline")
+            return "the baseline was not serving when the experiment began; everything the advisor started is stopped"
+        if healthy(url, self.spec.health_path):
+            return "baseline serving with its own flags, verified healthy"
+        if not (self.found_stopped or "baseline" in self.started):
+            raise LaunchError(f"the baseline found serving at {url} is not healthy, and the advisor did not stop it; "
+                              "left as it is")
+        now = holder(self.spec.port)
+        if now is not None:
+            whose = self._whose(now)
+            if whose not in ("baseline", "candidate"):
+                raise LaunchError(f"port {self.spec.port} is held by {now.describe()}, which the advisor did not "
+                                  "start; the baseline was not restarted")
+            self._stop_mine(whose)
+        self._start("baseline")
+        if not healthy(url, self.spec.health_path):
+            raise LaunchError("the baseline did not come back healthy")
+        return "baseline restarted with its own flags, verified healthy"
 
 
 def _tail(path: Path, n: int = 8) -> str:

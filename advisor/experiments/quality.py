@@ -3,9 +3,11 @@ speculative decoding): greedy outputs of both arms on a fixed prompt set, compar
 
 from __future__ import annotations
 
-import httpx
-
+from advisor import net
+from advisor.errors import AdvisorError
 from advisor.experiments.result import QualityGuard
+from probes.http import client as http_client
+from probes.http import request
 
 PROMPTS = [
     "The capital of France is", "def fibonacci(n):", "Translate to German: good morning",
@@ -17,13 +19,21 @@ PROMPTS = [
 def greedy(url: str, model: str, max_tokens: int = 32, timeout: float = 60.0) -> list[list[str]]:
     """Each prompt's greedy completion as the engine's own tokens (logprobs.tokens)."""
     out = []
-    with httpx.Client(timeout=timeout) as c:
+    # Each request within its own deadline (timeout), TLS and credentials from the settings.
+    with http_client(net.config("engine", timeout=timeout, url=url)) as c:
         for p in PROMPTS:
-            r = c.post(url.rstrip("/") + "/v1/completions", json={
+            r = request(c, "POST", url.rstrip("/") + "/v1/completions", what="engine", json={
                 "model": model, "prompt": p, "max_tokens": max_tokens, "temperature": 0.0, "logprobs": 1,
                 "seed": 0})
-            r.raise_for_status()
-            choice = r.json()["choices"][0]
+            if r.status_code != 200:
+                raise AdvisorError(f"quality guard: {url}/v1/completions answered HTTP {r.status_code}: "
+                                   f"{r.text.strip()[:200]}")
+            try:
+                choice = r.json()["choices"][0]
+                if not isinstance(choice, dict):
+                    raise TypeError(choice)
+            except (ValueError, KeyError, IndexError, TypeError):
+                raise AdvisorError(f"quality guard: {url}/v1/completions answered no choice") from None
             tokens = (choice.get("logprobs") or {}).get("tokens")
             out.append(list(tokens) if tokens else list(choice.get("text", "")))
     return out

@@ -1,19 +1,23 @@
-"""Recovery of an experiment whose advisor died mid-run: stop the candidate it had started and
-bring the baseline back if it was serving when the experiment began."""
+"""Recovery of an experiment whose advisor died mid-run: leave the target as the journal says it
+was found. Only processes the journal records the advisor starting are stopped, each after checking
+that the live process at its pid is still that one (create time and command line); the baseline is
+started again only where the advisor had stopped it, and nothing is started that was not serving."""
 
 from __future__ import annotations
 
 import time
 
-import psutil
-
+from advisor import interrupts
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.journal import Journal
-from advisor.experiments.launchers import LocalLauncher, healthy, listener, stop_pid
+from advisor.experiments.launchers import LaunchError, LocalLauncher, healthy, stop_recorded
+from advisor.experiments.processes import ProcessRecord, holder, is_or_descends_from
 
 
 def recover(dep: Deployment, journal: Journal, log_dir, say=lambda msg: None) -> str | None:
-    """Returns what was done, or None when nothing was pending."""
+    """Returns what was done, or None when nothing was pending. Raises LaunchError (the journal
+    stays pending, so the next start retries) when the baseline the advisor had stopped cannot be
+    started again. A SIGINT or SIGTERM that arrives meanwhile is deferred until it is done."""
     pending = journal.pending()
     if pending is None:
         return None
@@ -21,21 +25,76 @@ def recover(dep: Deployment, journal: Journal, log_dir, say=lambda msg: None) ->
     if dep.launcher != "local":
         journal.write(experiment, "recovered", action="endpoints: nothing to restore")
         return f"experiment {experiment} had not finished; its arms are endpoints, nothing to restore"
-    say(f"experiment {experiment} did not finish (its advisor died): restoring the baseline")
-    begin = next((e for e in entries if e["event"] == "begin"), {})
-    for e in entries:
-        if e["event"] == "starting" and e.get("arm") == "candidate" and psutil.pid_exists(e["pid"]):
-            stop_pid(e["pid"])
-    journal.write(experiment, "candidate stopped")
-    launcher = LocalLauncher(dep, [], {}, journal, experiment, log_dir)
-    launcher.found_serving = bool(begin.get("found_serving", True))
-    done = "candidate stopped"
-    if launcher.found_serving and not healthy(launcher.url("baseline"), dep.local.health_path):
-        holder = listener(dep.local.port)
-        if holder:
-            stop_pid(holder)
-        launcher._start("baseline")
-        done += "; baseline restarted with its own flags"
-    ok = healthy(launcher.url("baseline"), dep.local.health_path) if launcher.found_serving else True
-    journal.write(experiment, "recovered", baseline_healthy=ok, at=time.time())
-    return f"{done}; baseline healthy: {ok}"
+    say(f"experiment {experiment} did not finish (its advisor died): leaving the target as it found it")
+    with interrupts.shielded():
+        done, ok, blocked = _recover_local(dep, journal, experiment, entries, log_dir)
+        if blocked:
+            journal.write(experiment, "recovery incomplete", done=done, at=time.time())
+        else:
+            journal.write(experiment, "recovered", done=done, baseline_healthy=ok, at=time.time())
+    if blocked:
+        raise LaunchError(f"experiment {experiment} did not finish, and its baseline cannot be restored: "
+                          + "; ".join(done))
+    return "; ".join(done)
+
+
+def _recover_local(dep: Deployment, journal: Journal, experiment: str, entries: list[dict],
+                   log_dir) -> tuple[list[str], bool | None, bool]:
+    """(what was done, whether the baseline is healthy (None: it was not serving), whether restoring
+    it is blocked)."""
+    spec = dep.local
+    url = f"http://{spec.host}:{spec.port}"
+    begin = next((e for e in entries if e["event"] == "begin"), None)
+    found_serving = bool(begin and begin.get("found_serving"))
+    ours: dict[int, tuple[str, ProcessRecord | None]] = {}
+    for e in entries:  # "started" re-reads the record "starting" wrote: the later one wins
+        if e["event"] in ("starting", "started") and isinstance(e.get("pid"), int):
+            ours[e["pid"]] = (str(e.get("arm", "?")), ProcessRecord.from_entry(e))
+    replaced = any(e["event"] == "stopping" and e.get("who") == "found" for e in entries) or \
+        any(arm == "baseline" for arm, _ in ours.values())
+    done: list[str] = []
+    kept = False
+    for pid, (arm, rec) in ours.items():
+        if rec is None:
+            done.append(f"left pid {pid} alone: the journal does not record its create time and command line")
+            continue
+        proc, why = rec.check()
+        if proc is None:
+            if why != "it has exited":
+                done.append(f"left pid {pid} alone: {why}")
+            continue
+        if arm == "baseline" and found_serving and not kept and healthy(url, spec.health_path):
+            now = holder(spec.port)
+            if now is not None and is_or_descends_from(now.pid, rec):
+                kept = True
+                done.append(f"the baseline it started (pid {pid}) keeps serving")
+                continue
+        journal.write(experiment, "stopping", arm=arm, who="advisor", **rec.entry())
+        outcome = stop_recorded(rec)
+        journal.write(experiment, "stopped", arm=arm, who="advisor", pid=pid, outcome=outcome)
+        done.append(f"{arm} stopped (pid {pid})" if outcome in ("stopped", "exited") else f"left pid {pid} alone: {outcome}")
+    if begin is None:
+        done.append("the journal does not say whether the baseline was serving when the experiment began: "
+                    "nothing started")
+        return done, None, False
+    if not found_serving:
+        done.append("the baseline was not serving when the experiment began: nothing started")
+        return done, None, False
+    if healthy(url, spec.health_path):
+        now = None if kept else holder(spec.port)
+        done.append("baseline healthy" + (f" (served by {now.describe()})" if now else ""))
+        return done, True, False
+    if not replaced:
+        found = ProcessRecord.from_entry(begin.get("found") or {})
+        who = f" ({found.describe()})" if found else ""
+        done.append(f"the baseline found serving{who} is not healthy, and the advisor did not stop it: left as it is")
+        return done, False, False
+    now = holder(spec.port)
+    if now is not None:
+        done.append(f"baseline not restarted: port {spec.port} is held by {now.describe()}, "
+                    "which the advisor did not start")
+        return done, False, True
+    LocalLauncher(dep, [], {}, journal, experiment, log_dir)._start("baseline")
+    ok = healthy(url, spec.health_path)
+    done.append("baseline restarted with its own flags" + ("" if ok else ", but it is not healthy"))
+    return done, ok, False

@@ -8,6 +8,8 @@ import time
 import zlib
 from collections.abc import Callable
 
+from advisor import interrupts
+from advisor.errors import AdvisorError
 from advisor.experiments import quality, stats
 from advisor.experiments.design import HIGHER_IS_BETTER, Design
 from advisor.experiments.journal import Journal
@@ -17,6 +19,7 @@ from advisor.loadgen.loop import run_load
 from advisor.loadgen.metrics import summarize
 from advisor.loadgen.record import RequestRecord
 from advisor.loadgen.runner import Target, run
+from advisor.workload.prompts import PromptSizer, PromptSizingError
 
 BLOCK_STRIDE = 1_000_000  # request indices per block: every block's prompts are its own
 
@@ -25,19 +28,27 @@ class Aborted(Exception):
     pass
 
 
+class NotStarted(AdvisorError):
+    """The experiment could not start (the baseline did not come up, or prompts cannot be sized
+    against it); the target was left as found."""
+
+
 def _block_requests(design: Design, block: int):
     return [dataclasses.replace(r, index=block * BLOCK_STRIDE + r.index) for r in design.requests]
 
 
-def _warmup(target: Target, prompts_of, n: int, concurrency: int) -> None:
+def _warmup_requests(design: Design):
+    base = design.requests
+    return [dataclasses.replace(base[i % len(base)], index=999 * BLOCK_STRIDE + i, cancel_after_tokens=None)
+            for i in range(max(0, design.warmup_requests))]
+
+
+def _warmup(target: Target, reqs, prompts, concurrency: int) -> None:
     """The first requests after a start are slow (allocation, caches): send the block's own shape,
     at its own concurrency, and measure nothing."""
-    if n <= 0:
+    if not reqs:
         return
-    base = prompts_of.requests
-    reqs = [dataclasses.replace(base[i % len(base)], index=999 * BLOCK_STRIDE + i, cancel_after_tokens=None)
-            for i in range(n)]
-    run_load(run(target, reqs, prompts_of.sizer(reqs), concurrency=max(1, min(concurrency, n))))
+    run_load(run(target, reqs, prompts, concurrency=max(1, min(concurrency, len(reqs)))))
 
 
 class Prompts:
@@ -71,13 +82,21 @@ def judge(design: Design, by_block: dict[tuple[str, int], list[RequestRecord]]) 
     return stats.judge(primary, secondary)
 
 
-def execute(design: Design, launcher: Launcher, journal: Journal, sizer, say: Callable[[str], None],
-            save_block: Callable[..., int | None] | None = None) -> ExperimentResult:
+def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[[str], None],
+            save_block: Callable[..., int | None] | None = None, *,
+            sizer_for: Callable[[str], PromptSizer] | None = None) -> ExperimentResult:
+    """Preflight (refused before anything starts), "begin" journalled with what was found serving,
+    the baseline brought up and every prompt sized in its tokens, then the blocks; the target is
+    left as found whatever happens. Raises LaunchError when refused, NotStarted when the baseline
+    or the prompts fail (target left as found), KeyboardInterruptWithResult on an interrupt."""
     exp = design.id
+    launcher.preflight()
     journal.write(exp, "begin", deployment=design.deployment.name, mechanism=design.mechanism,
-                  value=repr(design.value), found_serving=getattr(launcher, "found_serving", True),
+                  value=repr(design.value), **launcher.found_state(),
                   baseline_args=design.baseline_args, candidate_args=design.candidate_args)
-    prompts = Prompts(design, sizer)
+    sizer_for = sizer_for or (lambda url: PromptSizer.for_target(url, design.deployment.model,
+                                                                 tokenizer=design.workload.tokenizer))
+    not_started: str | None = None
     by_block: dict[tuple[str, int], list[RequestRecord]] = {}
     blocks: list[BlockRecord] = []
     outputs: dict[str, list] = {}
@@ -86,7 +105,15 @@ def execute(design: Design, launcher: Launcher, journal: Journal, sizer, say: Ca
     sent = 0
     interrupted = False
     try:
-        block_prompts = {}
+        try:
+            # Prompts are sized in the baseline's own tokens, all before the candidate first starts.
+            prompts = Prompts(design, sizer_for(launcher.bring_up("baseline")))
+            warm_reqs = _warmup_requests(design)
+            warm_prompts = prompts.sizer(warm_reqs) if warm_reqs else []
+            block_prompts = {b: prompts.sizer(_block_requests(design, b)) for b in range(design.blocks_per_arm)}
+        except (LaunchError, PromptSizingError) as e:
+            not_started = str(e)
+            raise Aborted(f"could not start: {e}") from None
         warmed: set[str] = set()
         for arm, b in design.order:
             if time.monotonic() - started > design.guardrails.max_duration_s:
@@ -98,13 +125,11 @@ def execute(design: Design, launcher: Launcher, journal: Journal, sizer, say: Ca
             target = Target(url=url, model=design.deployment.model, api=design.workload.api)
             if arm not in warmed:
                 a = design.workload.arrival
-                _warmup(target, prompts, design.warmup_requests, a.concurrency or 4)
+                _warmup(target, warm_reqs, warm_prompts, a.concurrency or 4)
                 if design.numerics:
                     outputs[arm] = quality.greedy(url, design.deployment.model)
                 warmed.add(arm)
             reqs = _block_requests(design, b)
-            if b not in block_prompts:
-                block_prompts[b] = prompts.sizer(reqs)
             last_check = [time.monotonic()]
 
             def should_abort(arm=arm) -> str | None:
@@ -140,9 +165,12 @@ def execute(design: Design, launcher: Launcher, journal: Journal, sizer, say: Ca
     except KeyboardInterrupt:
         aborted, interrupted = "interrupted", True
     finally:
-        restored, note = _restore(launcher, journal, exp, say)
+        restored, note, signalled = _restore(launcher, journal, exp, say)
     if aborted:
         journal.write(exp, "aborted", reason=aborted)
+    if not_started is not None and not signalled:
+        raise NotStarted(not_started if restored else f"{not_started}; {note}")
+    interrupted = interrupted or signalled  # a signal deferred by the restore's shield
     metrics = judge(design, by_block) if by_block else []
     primary = metrics[0] if metrics else None
     verdict = primary.verdict if primary and not aborted else "inconclusive"
@@ -165,12 +193,21 @@ class KeyboardInterruptWithResult(KeyboardInterrupt):
         self.result = result
 
 
-def _restore(launcher: Launcher, journal: Journal, exp: str, say) -> tuple[bool, str]:
+def _restore(launcher: Launcher, journal: Journal, exp: str, say) -> tuple[bool, str, bool]:
+    """Leave the target as found, shielded: a SIGINT or SIGTERM that arrives meanwhile is deferred
+    until the restore is done. Returns (restored, note, whether a signal arrived)."""
     say("restoring the baseline")
+    restored, note, signalled = False, "restore interrupted; the next start will retry it", False
     try:
-        launcher.restore()
-    except (LaunchError, Exception) as e:  # noqa: BLE001 - the journal keeps it pending for recovery
-        journal.write(exp, "restore failed", error=str(e))
-        return False, f"restore failed ({e}); the next start will retry it"
-    journal.write(exp, "restored")
-    return True, "baseline serving with its own flags, verified healthy"
+        with interrupts.shielded():
+            try:
+                note = launcher.restore() or "baseline serving with its own flags, verified healthy"
+                restored = True
+            except Exception as e:  # noqa: BLE001 - the journal keeps it pending for recovery
+                journal.write(exp, "restore failed", error=str(e))
+                note = f"restore failed ({e}); the next start will retry it"
+            else:
+                journal.write(exp, "restored", note=note)
+    except KeyboardInterrupt:
+        signalled = True
+    return restored, note, signalled

@@ -17,6 +17,7 @@ from advisor.loadgen.metrics import DEFINITIONS, Summary, summarize
 from advisor.loadgen.runner import Run, Target, run
 from advisor.workload.plan import PlannedRequest, plan
 from advisor.workload.spec import Arrival, Workload, load_workload
+from probes.http import HttpConfig
 
 
 class LoadError(AdvisorError, ValueError):
@@ -50,14 +51,15 @@ class Result:
     started_at: datetime
 
 
-def _workload(workload_file, from_prom, from_trace, window_s):
+def _workload(workload_file, from_prom, from_trace, window_s, prom_http=None):
     """(workload, the trace's own requests for an exact replay, the trace's prefix lengths)."""
     if workload_file:
         return load_workload(workload_file), None, None
     if from_prom:
         from advisor.workload.telemetry import workload_from_prometheus
 
-        return workload_from_prometheus(from_prom, window_s=window_s), None, None
+        kw = {"timeout": prom_http.timeout, "http": prom_http} if prom_http else {}
+        return workload_from_prometheus(from_prom, window_s=window_s, **kw), None, None
     from advisor.workload.traces import load_trace, trace_requests, trace_to_workload
 
     trace = load_trace(from_trace)
@@ -68,8 +70,11 @@ def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | 
             from_trace: Path | None = None, duration_s: float | None = None, rate: float | None = None,
             concurrency: int | None = None, window_s: float = 3600, warmup_s: float | None = None,
             model: str | None = None, timeout: float = 10.0,
-            model_lookup: Callable[[str, float], str] | None = None) -> Job:
-    w, replay, prefix_lengths = _workload(workload_file, from_prom, from_trace, window_s)
+            model_lookup: Callable[[str, float], str] | None = None, http: HttpConfig | None = None,
+            prom_http: HttpConfig | None = None) -> Job:
+    """http / prom_http: TLS and credentials for the target and for Prometheus (default: the
+    settings', advisor/net.py)."""
+    w, replay, prefix_lengths = _workload(workload_file, from_prom, from_trace, window_s, prom_http)
     changes: dict = {}
     if duration_s:
         changes["duration_s"] = duration_s
@@ -93,10 +98,11 @@ def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | 
         raise LoadError("no model: give --model")
     from advisor.workload.prompts import PromptSizer
 
-    sizer = PromptSizer.for_target(target, served, tokenizer=w.tokenizer, timeout=timeout)
+    sizer = PromptSizer.for_target(target, served, tokenizer=w.tokenizer, timeout=timeout, http=http)
     exact = replay is not None and requests is not None and prefix_lengths
     prompts = sizer.prompts_for(requests, w, prefix_tokens=prefix_lengths if exact else None)
-    return Job(workload=w, requests=requests, prompts=prompts, target=Target(url=target, model=served, api=w.api),
+    return Job(workload=w, requests=requests, prompts=prompts,
+               target=Target(url=target, model=served, api=w.api, http=http),
                warmup_s=w.warmup_s, concurrency=w.arrival.concurrency if w.arrival.kind == "concurrency" else None,
                duration_s=w.duration_s)
 
@@ -120,21 +126,57 @@ def build_manifest(job: Job, summary: Summary) -> dict:
                      "prefix": w.prefix.model_dump() if w.prefix else None, "arrival": w.arrival.model_dump(),
                      "cancellation": w.cancellation.model_dump(), "seed": w.seed, "requests": len(job.requests)},
         "target": job.target.url, "model": job.target.model, "api": job.target.api,
-        "engine_version": manifest_mod.engine_version(job.target.url),
+        "engine_version": manifest_mod.engine_version(job.target.url, http=job.target.http),
         "load_generator_machine": manifest_mod.machine(),
         "warmup_s": job.warmup_s, "metric_definitions": DEFINITIONS,
         "generator_valid": summary.generator.valid, "generator_why_invalid": summary.generator.why_invalid,
     }
 
 
+EXPORT_SUFFIXES = (".jsonl", ".csv", ".parquet")
+
+
+def check_export(path: Path) -> None:
+    """Before the run, so that no result is lost to a bad destination: a known suffix, a folder that
+    exists and takes a new file (tried, not guessed from permission bits), not a directory itself."""
+    import importlib.util
+    import tempfile
+
+    suffix = path.suffix.lower()
+    if suffix not in EXPORT_SUFFIXES:
+        raise LoadError(f"--export {path}: unknown format {suffix or '(no suffix)'!r}; use .jsonl, .csv or .parquet")
+    if suffix == ".parquet" and not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
+        raise LoadError(f"--export {path}: .parquet needs pyarrow (pip install pyarrow); or use .jsonl or .csv")
+    folder = path.parent
+    if path.is_dir():
+        raise LoadError(f"--export {path}: is a directory; give a file name")
+    if not folder.is_dir():
+        why = "is not a directory" if folder.exists() else "does not exist"
+        raise LoadError(f"--export {path}: the folder {folder} {why}")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".advisor-export-check-"):
+            pass
+    except OSError as e:
+        raise LoadError(f"--export {path}: cannot write in {folder}: {e.strerror or e}") from None
+    if path.exists():
+        try:
+            with open(path, "ab"):
+                pass
+        except OSError as e:
+            raise LoadError(f"--export {path}: cannot overwrite it: {e.strerror or e}") from None
+
+
 def export(result: Result, path: Path) -> None:
     rows = pd.DataFrame([r.to_row() for r in result.run.records])
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        rows.to_json(path, orient="records", lines=True)
-    elif suffix == ".csv":
-        rows.to_csv(path, index=False)
-    elif suffix == ".parquet":
-        rows.to_parquet(path, index=False)
-    else:
-        raise ValueError(f"cannot export to {path.name}: use .jsonl, .csv or .parquet")
+    try:
+        if suffix == ".jsonl":
+            rows.to_json(path, orient="records", lines=True)
+        elif suffix == ".csv":
+            rows.to_csv(path, index=False)
+        elif suffix == ".parquet":
+            rows.to_parquet(path, index=False)
+        else:
+            raise LoadError(f"cannot export to {path.name}: use .jsonl, .csv or .parquet")
+    except OSError as e:
+        raise LoadError(f"cannot write {path}: {e.strerror or e}") from None

@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from advisor import net
 from advisor.loadgen import client
 from advisor.loadgen.record import RequestRecord
 from advisor.workload.plan import PlannedRequest
+from probes.http import HttpConfig
+from probes.http import async_client as http_client
 
 Progress = Callable[[int, int], None]
 POOL_SHARDS = 8
@@ -36,6 +39,7 @@ class Target:
     api: str = "completions"
     extra_body: dict | None = None
     request_timeout_s: float = 300.0
+    http: HttpConfig | None = None  # TLS and credentials; None: the settings' for an engine (advisor/net.py)
 
 
 async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int, str], *,
@@ -71,10 +75,13 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
         return aborted is not None or (duration_s is not None and time.perf_counter() - t0 >= duration_s)
 
     async with contextlib.AsyncExitStack() as stack:
-        pools = [await stack.enter_async_context(httpx.AsyncClient(limits=limits, timeout=timeout, transport=transport))
+        # TLS settings and credentials only: the per-request deadline is client.send's own.
+        http = target.http or net.config("engine", url=url)
+        pools = [await stack.enter_async_context(http_client(http, deadline=False, limits=limits, timeout=timeout,
+                                                             transport=transport))
                  for _ in range(shards)]
-        # The clock starts once the clients exist (each builds an SSL context): no send is late
-        # for the set-up.
+        # The clock starts once the clients exist (they share one SSL context, built by the first):
+        # no send is late for the set-up.
         started_at = time.time()
         t0 = time.perf_counter()
         if concurrency:

@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from advisor.escape import plain
 from advisor.localstack.deployment import write_deployment
 from advisor.localstack.engine import EngineError, LocalEngine
 from advisor.localstack.prometheus import LocalPrometheus, PrometheusError
@@ -31,7 +32,7 @@ SCRAPE_S = 2
 
 
 def log(msg: str) -> None:
-    print(f"[local] {msg}", file=sys.stderr, flush=True)
+    print(f"[local] {plain(msg)}", file=sys.stderr, flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

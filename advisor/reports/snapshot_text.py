@@ -1,10 +1,14 @@
-"""A snapshot as a readable terminal table."""
+"""A snapshot as a readable terminal table.
+
+Everything the target said (its URL, version, model names, config labels, replica labels, notes and
+missing reasons) reaches Rich markup only through `_e` (advisor.escape.markup)."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
+from advisor.escape import markup as _e
 from advisor.units import fmt
 from probes import Snapshot
 from probes.snapshot import INTERPOLATED
@@ -26,14 +30,15 @@ GROUPS = [
 
 def render(snap: Snapshot, console: Console, show_all: bool = False) -> None:
     e = snap.engine
-    head = f"[bold]{snap.target}[/] via {snap.via}, window {snap.window_s:.0f}s, at {snap.taken_at:%Y-%m-%d %H:%M:%S %Z}"
-    console.print(head)
-    console.print(f"engine: {e.kind or '?'} {e.version or ''}  models: {', '.join(e.models) or '?'}"
-                  + (f"  (filtered to {snap.model})" if snap.model else ""))
+    head = (f"[bold]{_e(snap.target)}[/] via {_e(snap.via)}, window {snap.window_s:.0f}s, "
+            f"at {snap.taken_at:%Y-%m-%d %H:%M:%S %Z}")
+    console.print(head, highlight=False)
+    console.print(_e(f"engine: {e.kind or '?'} {e.version or ''}  models: {', '.join(e.models) or '?'}"
+                     + (f"  (filtered to {snap.model})" if snap.model else "")), highlight=False)
     if e.config:
         keys = ["enable_prefix_caching", "block_size", "cache_dtype", "num_gpu_blocks", "gpu_memory_utilization"]
         shown = ", ".join(f"{k}={e.config[k]}" for k in keys if k in e.config)
-        console.print(f"config: {shown}  [dim](from {e.config_source})[/]")
+        console.print(f"config: {_e(shown)}  [dim](from {_e(e.config_source)})[/]", highlight=False)
     listed = {n for _, names in GROUPS for n in names}
     groups = GROUPS + ([("Other", [n for n in snap.signals if n not in listed])] if show_all else [])
     table = Table(show_edge=False, pad_edge=False)
@@ -47,7 +52,8 @@ def render(snap: Snapshot, console: Console, show_all: bool = False) -> None:
             if s is None or (not show_all and s.value is None and n.startswith("gpu_") and n != "gpu_util_avg"):
                 continue
             note = "" if s.note == INTERPOLATED else (s.note or "")
-            table.add_row(f"  {n}", fmt(s.value, s.unit), f"[dim]{note}[/]" if s.present else f"[yellow]{s.missing}[/]")
+            table.add_row(f"  {_e(n)}", _e(fmt(s.value, s.unit)),
+                          f"[dim]{_e(note)}[/]" if s.present else f"[yellow]{_e(s.missing)}[/]")
     console.print(table)
     if len(snap.replicas) > 1:
         rt = Table(title=f"{len(snap.replicas)} replicas", show_edge=False)
@@ -55,13 +61,13 @@ def render(snap: Snapshot, console: Console, show_all: bool = False) -> None:
             rt.add_column(c, justify="right" if c != "replica" else "left")
         for r in snap.replicas[:20]:
             g = r.signals.get
-            rt.add_row(r.key, *(fmt(g(n).value, g(n).unit) if g(n) else "-" for n in
+            rt.add_row(_e(r.key), *(fmt(g(n).value, g(n).unit) if g(n) else "-" for n in
                                 ("request_rate", "ttft_p95", "tpot_p95", "requests_waiting_avg", "kv_cache_usage_max")))
         console.print(rt)
     if snap.gpu and not snap.gpu.available:
-        console.print(f"[dim]GPU: {snap.gpu.reason}[/]")
+        console.print(f"[dim]GPU: {_e(snap.gpu.reason)}[/]", highlight=False)
     for p in snap.problems + e.problems:
-        console.print(f"[yellow]note:[/] {p}")
+        console.print(f"[yellow]note:[/] {_e(p)}", highlight=False)
     if any(s.note == INTERPOLATED for s in snap.signals.values()):
         console.print("[dim]Quantiles are interpolated from the engine's histogram buckets.[/]")
     console.print(f"[dim]{snap.queries} queries to the data source[/]")

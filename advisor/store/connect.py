@@ -89,10 +89,27 @@ def _make_parent(parsed: URL, url: str) -> None:
     database = parsed.database
     if not database or database == ":memory:" or database.startswith("file:"):
         return
+    writable_dir(Path(database).parent, f"the store at {redact(url)}")
+
+
+def writable_dir(directory: Path, what: str) -> Path:
+    """`directory`, created if missing, and shown to take a new file (tried, not guessed from
+    permission bits: root, read-only mounts). One line naming `what` needed it, never a traceback.
+    ADVISOR_DATA_DIR (the default store, experiment journals and locks) is checked this way."""
+    import tempfile
+
+    blocker = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise StoreError(f"cannot use {directory} for {what}: {blocker} is a file, not a directory "
+                         "(set ADVISOR_DATA_DIR or ADVISOR_DB_URL elsewhere)")
     try:
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".advisor-write-check-"):
+            pass
     except OSError as exc:
-        raise StoreError(f"cannot create the directory for the store at {redact(url)}: {exc.strerror}") from None
+        raise StoreError(f"cannot write in {directory} for {what}: {exc.strerror or exc} "
+                         "(set ADVISOR_DATA_DIR or ADVISOR_DB_URL elsewhere)") from None
+    return directory
 
 
 def _sqlite_foreign_keys(dbapi_connection, _record) -> None:

@@ -23,6 +23,7 @@ from advisor.loadgen.metrics import Summary
 from advisor.store.errors import StoreError, one_line, redact
 from advisor.store.tables import ARMS, ERROR_CHARS, DiagnosisRow, FindingRow, LoadRunRow, RequestSampleRow
 from probes import Snapshot
+from probes.http import redact_text, redact_url
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -297,7 +298,7 @@ def diagnosis_row(diagnosis: Diagnosis, snapshot: Snapshot | None) -> DiagnosisR
     engine = diagnosis.engine
     return DiagnosisRow(
         created_at=datetime.now(timezone.utc),
-        target=diagnosis.target,
+        target=redact_url(diagnosis.target),
         via=diagnosis.via,
         model=diagnosis.model,
         window_s=diagnosis.window_s,
@@ -331,7 +332,7 @@ def load_run_row(workload: Workload, summary: Summary, target: str, model: str, 
     overall, generator = summary.overall, summary.generator
     return LoadRunRow(
         created_at=datetime.now(timezone.utc),
-        target=target,
+        target=redact_url(target),
         model=model,
         workload_name=workload.name,
         source=workload.source,
@@ -394,4 +395,5 @@ def _plain(value: Any) -> Any:
 def _document(model: BaseModel) -> dict[str, Any]:
     # model_dump(mode="json") keeps NaN/Inf as floats, which PostgreSQL's JSON types reject;
     # pydantic's JSON serialiser writes them as null, so documents are valid JSON everywhere.
-    return json.loads(model.model_dump_json())
+    # No URL's user info is ever stored, whatever put it there.
+    return json.loads(redact_text(model.model_dump_json()))

@@ -28,6 +28,9 @@ import httpx
 
 from advisor.workload.plan import PlannedRequest
 from advisor.workload.spec import Workload, WorkloadError
+from probes.errors import TargetUnreachable
+from probes.http import HttpConfig, request, split_userinfo
+from probes.http import client as http_client
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +73,24 @@ Api = Literal["completions", "chat"]
 class _EngineCounter:
     """Counts through the engine's POST /tokenize (vLLM, SGLang: {"model", "prompt"|"messages"} -> {"count"})."""
 
-    def __init__(self, url: str, model: str, timeout: float, transport: httpx.BaseTransport | None):
+    def __init__(self, url: str, model: str, timeout: float, transport: httpx.BaseTransport | None,
+                 http: HttpConfig | None = None):
+        url, userinfo = split_userinfo(url)
         self.url, self.model = url.rstrip("/"), model
-        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+        # Each count within one request deadline (timeout); TLS and credentials from `http`, else
+        # from the settings (advisor/net.py).
+        from advisor import net
+
+        cfg = (http or net.config("engine", url=url)).with_(timeout=timeout)
+        self._http = http_client(cfg.with_(auth=userinfo) if userinfo else cfg, transport=transport)
 
     def __call__(self, text: str, api: Api) -> int:
         body = {"model": self.model}
         body.update({"messages": [{"role": "user", "content": text}]} if api == "chat" else {"prompt": text})
         try:
-            r = self._http.post("/tokenize", json=body)
-        except httpx.HTTPError as e:
-            raise PromptSizingError(f"{self.url}/tokenize unreachable: {type(e).__name__}: {e}") from e
+            r = request(self._http, "POST", self.url + "/tokenize", what="engine", json=body)
+        except TargetUnreachable as e:
+            raise PromptSizingError(f"{self.url}/tokenize unreachable: {e}") from e
         try:
             answer = r.json()
         except ValueError:
@@ -172,8 +182,10 @@ class PromptSizer:
 
     @classmethod
     def from_url(cls, url: str, model: str, timeout: float = 10.0,
-                 transport: httpx.BaseTransport | None = None, verify: Literal["all", "sample"] = "all") -> "PromptSizer":
-        return cls(_EngineCounter(url, model, timeout, transport), f"{url.rstrip('/')}/tokenize (model {model})", verify)
+                 transport: httpx.BaseTransport | None = None, verify: Literal["all", "sample"] = "all",
+                 http: HttpConfig | None = None) -> "PromptSizer":
+        counter = _EngineCounter(url, model, timeout, transport, http)
+        return cls(counter, f"{counter.url}/tokenize (model {model})", verify)
 
     @classmethod
     def from_tokenizer(cls, name: str, verify: Literal["all", "sample"] = "all") -> "PromptSizer":
@@ -182,9 +194,10 @@ class PromptSizer:
     @classmethod
     def for_target(cls, url: str, model: str, tokenizer: str | None = None, timeout: float = 10.0,
                    transport: httpx.BaseTransport | None = None,
-                   verify: Literal["all", "sample"] = "all") -> "PromptSizer":
-        """The target's /tokenize if it answers, else the named tokenizer."""
-        sizer = cls.from_url(url, model, timeout, transport, verify)
+                   verify: Literal["all", "sample"] = "all", http: HttpConfig | None = None) -> "PromptSizer":
+        """The target's /tokenize if it answers, else the named tokenizer. http: TLS and credentials
+        (default: the settings' for an engine)."""
+        sizer = cls.from_url(url, model, timeout, transport, verify, http)
         try:
             sizer._count(LEAD, "completions", remember=True)
             return sizer

@@ -3,16 +3,22 @@ an arrival process, cancellations, a length (duration or request count) and a se
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from advisor.errors import AdvisorError
+from advisor.inputs import InputModel, load_model
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(InputModel):
+    """Unknown keys and non-finite numbers refused; a file is validated strictly (advisor/inputs.py)."""
+
+
+def _pair(v):
+    # A YAML (or JSON) list is how a file writes a range; strict validation wants the tuple.
+    return tuple(v) if isinstance(v, list) else v
 
 
 class Bucket(_Strict):
@@ -28,8 +34,11 @@ class Bucket(_Strict):
     def _ranges(cls, data):
         if isinstance(data, dict):
             for k in ("prompt_tokens", "output_tokens"):
-                if isinstance(data.get(k), int):
-                    data = {**data, k: (data[k], data[k])}
+                v = data.get(k)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    data = {**data, k: (v, v)}
+                elif isinstance(v, list):
+                    data = {**data, k: _pair(v)}
         return data
 
     @model_validator(mode="after")
@@ -76,6 +85,8 @@ class Cancellation(_Strict):
     rate: float = Field(default=0.0, ge=0, le=1, description="fraction of requests the client cancels")
     after_tokens: tuple[int, int] = Field(default=(1, 8), description="cancel after this many streamed tokens")
 
+    _pairs = field_validator("after_tokens", mode="before")(lambda v: _pair(v))
+
 
 class Workload(_Strict):
     name: str = "workload"
@@ -111,41 +122,5 @@ class WorkloadError(AdvisorError, ValueError):
 
 
 def load_workload(path: Path) -> Workload:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise WorkloadError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', e)}") from None
-    if not isinstance(data, dict):
-        raise WorkloadError(f"{path}: expected a mapping at the top level")
-    try:
-        return Workload.model_validate({"source": f"file {path.name}", **data})
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "tuple[")))]
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        line = _line_of(path.read_text(), loc)
-        raise WorkloadError(f"{path}:{f' line {line}:' if line else ''} field {field}: {err['msg']}") from None
-
-
-def _line_of(text: str, loc: list) -> int | None:
-    """The 1-based line of the YAML node at loc (the deepest that exists)."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
-    line = node.start_mark.line + 1 if node else None
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if k.value == str(key)), None)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            match = node.value[key]
-        else:
-            match = None
-        if match is None:
-            break
-        node, line = match, match.start_mark.line + 1
-    return line
+    """A workload file, validated strictly; every error one line naming the file, field and line."""
+    return load_model(path, Workload, WorkloadError, prepare=lambda data: {"source": f"file {path.name}", **data})

@@ -26,6 +26,7 @@ from datetime import datetime
 from probes import _promql
 from probes.catalog import Dialect, detect_engines, dialects
 from probes.errors import ProbeError
+from probes.http import HttpConfig
 from probes.prometheus import _Client
 
 from advisor.workload.spec import Arrival, Bucket, Prefix, Workload, WorkloadError
@@ -153,9 +154,13 @@ def _prefix(client, dialect, available, model, w, at, buckets, prompt_mean) -> t
 
 def workload_from_prometheus(prom_url: str, window_s: float = 3600, model: str | None = None,
                              at: datetime | None = None, duration_s: float = 60, seed: int = 0,
-                             timeout: float = 10.0) -> Workload:
-    """The deployment's traffic over the window ending at `at` (default now) as a Workload."""
-    client = _Client(prom_url, timeout)
+                             timeout: float = 10.0, http: HttpConfig | None = None) -> Workload:
+    """The deployment's traffic over the window ending at `at` (default now) as a Workload.
+    http: TLS and credentials (default: the settings' for Prometheus, advisor/net.py); timeout:
+    each query's total deadline."""
+    from advisor import net
+
+    client = _Client(prom_url, timeout, http or net.config("prom", url=prom_url))
     try:
         dialect, available = _dialect(client)
         w = _promql.duration(window_s)
@@ -176,6 +181,8 @@ def workload_from_prometheus(prom_url: str, window_s: float = 3600, model: str |
         prefix, shared = _prefix(client, dialect, available, model, w, at, buckets, shapes["prompt_len"][1])
     except ProbeError as e:
         raise WorkloadError(f"cannot read the workload from Prometheus: {e}") from e
+    finally:
+        client.close()
     ended = (at.isoformat() if at else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     return Workload(
         name=f"telemetry {dialect.engine} {w}", model=model, buckets=buckets, prefix=prefix, arrival=arrival,

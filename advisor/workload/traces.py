@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Literal
 
+from advisor.inputs import text_lines
 from advisor.workload.plan import PlannedRequest
 from advisor.workload.spec import Arrival, Bucket, Prefix, Workload, WorkloadError
 
@@ -34,6 +35,10 @@ MOONCAKE_BLOCK_TOKENS = 512
 AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
 # Below this many inter-arrival gaps a CV says little, so arrivals default to Poisson.
 MIN_GAPS_FOR_BURSTINESS = 20
+# Sanity bounds on one record: more tokens than any context window, or a time past the year 9999
+# in seconds (a number of milliseconds given as seconds lands here), is a wrong column, not a request.
+MAX_TOKENS = 100_000_000
+MAX_SECONDS = 1e12
 
 
 @dataclass(frozen=True)
@@ -100,14 +105,21 @@ def _positive_int(row: dict, key: str) -> int:
     v = row[key]
     if isinstance(v, str):
         v = v.strip()
-        if re.fullmatch(r"\d+", v):
+        if re.fullmatch(r"[0-9]{1,18}", v):
             v = int(v)
     # Some exporters write 12.0; a bool is an int to Python but never a length.
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise _Bad(key, f"expected a positive integer, got {row[key]!r}")
+        raise _Bad(key, f"expected a positive integer, got {_shown(row[key])}")
+    if v > MAX_TOKENS:
+        raise _Bad(key, f"{_shown(v)} tokens is more than any context window ({MAX_TOKENS:,})")
     return v
+
+
+def _shown(v: object) -> str:
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
 
 
 _FRACTION = re.compile(r"(\.\d{6})\d+")
@@ -116,36 +128,46 @@ _FRACTION = re.compile(r"(\.\d{6})\d+")
 def _iso_seconds(text: str) -> float:
     # Python before 3.11 takes at most 6 fractional digits; Azure 2023 writes 7.
     t = datetime.fromisoformat(_FRACTION.sub(r"\1", text.strip()).replace("Z", "+00:00"))
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+    try:
+        return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+    except OverflowError:  # year 1 or 9999 shifted past the calendar by its UTC offset
+        raise ValueError(f"out of range: {text!r}") from None
 
 
 def _timestamp(row: dict, key: str, scale: float = 1.0, iso: bool = True) -> float:
     v = row.get(key)
     if v is None or v == "":
         raise _Bad(key, "missing")
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0:
-        return float(v) * scale
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= MAX_SECONDS / scale:
+        return float(v) * scale  # NaN fails the comparison; a huge int never becomes a float
     if iso and isinstance(v, str):
         try:
             return _iso_seconds(v)
         except ValueError:
             pass
     want = "seconds (a non-negative number) or an ISO-8601 time" if iso else "a non-negative number"
-    raise _Bad(key, f"expected {want}, got {v!r}")
+    raise _Bad(key, f"expected {want}, got {_shown(v)}")
+
+
+def _json(line: str, path: Path, n: int):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise WorkloadError(f"{path} line {n}: not valid JSON: {e.msg} (column {e.colno})") from None
+    except RecursionError:
+        raise WorkloadError(f"{path} line {n}: not valid JSON: nested too deeply") from None
+    except ValueError as e:  # an integer longer than Python's digit limit, say
+        raise WorkloadError(f"{path} line {n}: not valid JSON: {e}") from None
 
 
 def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise WorkloadError(f"{path} line {n}: not valid JSON: {e.msg} (column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise WorkloadError(f"{path} line {n}: expected a JSON object, got {type(row).__name__}")
-            yield n, row
+    for n, line in text_lines(path, WorkloadError):
+        if not line.strip():
+            continue
+        row = _json(line, path, n)
+        if not isinstance(row, dict):
+            raise WorkloadError(f"{path} line {n}: expected a JSON object, got {type(row).__name__}")
+        yield n, row
 
 
 def _ours(n: int, row: dict) -> TraceRecord:
@@ -160,7 +182,7 @@ def _ours(n: int, row: dict) -> TraceRecord:
 def _mooncake(n: int, row: dict) -> tuple[TraceRecord, list[int]]:
     ids = row.get("hash_ids", [])
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise _Bad("hash_ids", f"expected a list of integers, got {ids!r}"[:200])
+        raise _Bad("hash_ids", f"expected a list of integers, got {_shown(ids)}")
     rec = TraceRecord(_timestamp(row, "timestamp", scale=0.001, iso=False), _positive_int(row, "input_length"),
                       _positive_int(row, "output_length"), line=n)
     return rec, ids
@@ -223,51 +245,56 @@ def _read_jsonl(path: Path) -> list[TraceRecord]:
 
 def _read_azure(path: Path) -> list[TraceRecord]:
     out = []
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.reader(f)
+    reader = csv.reader(line for _, line in text_lines(path, WorkloadError))
+    try:
         header = next(reader, None)
-        if header is None:
-            raise WorkloadError(f"{path}: the trace is empty")
-        if [h.strip() for h in header] != AZURE_HEADER:
-            raise WorkloadError(f"{path} line 1: expected the Azure header {','.join(AZURE_HEADER)}, got {','.join(header)[:200]}")
-        for cells in reader:
-            n = reader.line_num
-            if not any(c.strip() for c in cells):
-                continue
-            if len(cells) != 3:
-                raise WorkloadError(f"{path} line {n}: expected 3 columns ({','.join(AZURE_HEADER)}), got {len(cells)}")
-            row = dict(zip(AZURE_HEADER, cells))
-            try:
-                at = _iso_seconds(row["TIMESTAMP"]) if row["TIMESTAMP"].strip() else None
-            except ValueError:
-                at = None
-            try:
-                if at is None:
-                    raise _Bad("TIMESTAMP", f"expected a time like 2023-11-16 18:17:03.9799600, got {row['TIMESTAMP']!r}")
-                out.append(TraceRecord(at, _positive_int(row, "ContextTokens"), _positive_int(row, "GeneratedTokens"), line=n))
-            except _Bad as b:
-                raise WorkloadError(f"{path} line {n}: field {b.field}: {b.why}") from None
+    except csv.Error as e:
+        raise WorkloadError(f"{path} line {reader.line_num}: not a CSV row: {e}") from None
+    if header is None:
+        raise WorkloadError(f"{path}: the trace is empty")
+    if [h.strip() for h in header] != AZURE_HEADER:
+        raise WorkloadError(f"{path} line 1: expected the Azure header {','.join(AZURE_HEADER)}, got {','.join(header)[:200]}")
+    while True:
+        try:
+            cells = next(reader, None)
+        except csv.Error as e:
+            raise WorkloadError(f"{path} line {reader.line_num}: not a CSV row: {e}") from None
+        if cells is None:
+            break
+        n = reader.line_num
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) != 3:
+            raise WorkloadError(f"{path} line {n}: expected 3 columns ({','.join(AZURE_HEADER)}), got {len(cells)}")
+        row = dict(zip(AZURE_HEADER, cells))
+        try:
+            at = _iso_seconds(row["TIMESTAMP"]) if row["TIMESTAMP"].strip() else None
+        except ValueError:
+            at = None
+        try:
+            if at is None:
+                raise _Bad("TIMESTAMP", f"expected a time like 2023-11-16 18:17:03.9799600, got {_shown(row['TIMESTAMP'])}")
+            out.append(TraceRecord(at, _positive_int(row, "ContextTokens"), _positive_int(row, "GeneratedTokens"), line=n))
+        except _Bad as b:
+            raise WorkloadError(f"{path} line {n}: field {b.field}: {b.why}") from None
     return out
 
 
 def detect_format(path: Path) -> Format:
     """By extension, then by the first line's keys."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            first = next((line for line in f if line.strip()), "")
-    except OSError as e:
-        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise WorkloadError(f"{path}: not a text file") from None
+    n, first = next(((n, line) for n, line in text_lines(path, WorkloadError) if line.strip()), (0, ""))
     if not first:
         raise WorkloadError(f"{path}: the trace is empty")
     if path.suffix.lower() == ".csv" or first.strip().startswith("TIMESTAMP"):
         return "azure"
     try:
-        keys = set(json.loads(first))
-    except (json.JSONDecodeError, TypeError):
-        raise WorkloadError(f"{path} line 1: neither JSON lines nor an Azure CSV header; "
+        row = json.loads(first)
+    except (ValueError, RecursionError):
+        row = None
+    if not isinstance(row, dict):
+        raise WorkloadError(f"{path} line {n}: neither JSON lines nor an Azure CSV header; "
                             "give the format (jsonl, mooncake, azure)") from None
+    keys = set(row)
     if "input_length" in keys:
         return "mooncake"
     if "prompt_tokens" in keys:
@@ -283,12 +310,7 @@ def load_trace(path: Path | str, fmt: Literal["auto", "jsonl", "mooncake", "azur
     readers = {"jsonl": _read_jsonl, "mooncake": _read_mooncake, "azure": _read_azure}
     if fmt not in readers:
         raise WorkloadError(f"{path}: unknown trace format {fmt!r}; known: auto, {', '.join(readers)}")
-    try:
-        records = readers[fmt](path)
-    except OSError as e:
-        raise WorkloadError(f"{path}: cannot read: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise WorkloadError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    records = readers[fmt](path)
     if not records:
         raise WorkloadError(f"{path}: the trace is empty")
     late, latest = 0, -math.inf
@@ -358,6 +380,8 @@ def trace_to_workload(trace: Trace, name: str | None = None, seed: int = 0, time
     if len(recs) < 2 or span <= 0:
         raise WorkloadError(f"{trace.path}: needs at least two distinct timestamps for an arrival rate "
                             f"({len(recs)} records within {span:g} s)")
+    if not math.isfinite((len(recs) - 1) / span):
+        raise WorkloadError(f"{trace.path}: {len(recs)} records within {span:g} s: no arrival rate can be sent")
     cells = Counter((_which(r.prompt_tokens, pr), _which(r.output_tokens, orr)) for r in recs)
     buckets = [Bucket(prompt_tokens=pr[i], output_tokens=orr[j], weight=c / len(recs))
                for (i, j), c in sorted(cells.items())]

@@ -2,10 +2,14 @@
 generator error paths). Never a stand-in for the real engine in an e2e test.
 
     python -m tests.support.fake_openai --port P [--tokens 8] [--delay 0.002] [--fail-after N]
-        [--cut-after N] [--status 500] [--max-num-seqs K] [--no-tokenize]
+        [--cut-after N] [--status 500] [--max-num-seqs K] [--no-tokenize] [--tokenize-count N]
+        [--metrics FILE ...] [--version-body TEXT] [--model-id NAME]
 
 --fail-after N: requests after the Nth answer HTTP --status; --cut-after N: streams after the Nth
-are cut mid-response (the connection closes without [DONE]). Extra argv (e.g. knob flags) is
+are cut mid-response (the connection closes without [DONE]). --metrics FILE (repeatable): GET /metrics
+serves the Nth file to the Nth scrape (the last file after that), e.g. crafted labels, duplicate
+series or a counter reset; --version-body: the raw body of GET /version; --model-id: the id that
+/v1/models lists (any text: a crafted model name). Extra argv (e.g. knob flags) is
 accepted and echoed by GET /argv so tests can see which arm is serving.
 """
 
@@ -30,9 +34,15 @@ def main(argv=None) -> None:
     p.add_argument("--cut-after", type=int, default=None)
     p.add_argument("--status", type=int, default=500)
     p.add_argument("--no-tokenize", action="store_true", help="answer /tokenize with 404, like a server without one")
+    p.add_argument("--tokenize-count", type=int, default=None,
+                   help="answer /tokenize with this count for any text: prompts cannot be sized against it")
+    p.add_argument("--metrics", action="append", default=[], help="file served at /metrics (repeat: one per scrape)")
+    p.add_argument("--version-body", default=None, help="raw body of GET /version")
+    p.add_argument("--model-id", default="fake", help="the model id /v1/models lists")
     args, extra = p.parse_known_args(argv)
     lock = threading.Lock()
-    count = {"n": 0}
+    count = {"n": 0, "scrapes": 0}
+    metrics = [open(f, encoding="utf-8").read() for f in args.metrics]
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -48,15 +58,30 @@ def main(argv=None) -> None:
             self.end_headers()
             self.wfile.write(body)
 
+        def _text(self, code, text, content_type="text/plain; version=0.0.4"):
+            body = text.encode("utf-8")
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def do_GET(self):
             if self.path == "/health":
                 return self._json(200, {})
             if self.path == "/argv":
                 return self._json(200, {"argv": extra})
             if self.path == "/v1/models":
-                return self._json(200, {"data": [{"id": "fake", "max_model_len": 4096}]})
+                return self._json(200, {"data": [{"id": args.model_id, "max_model_len": 4096}]})
             if self.path == "/version":
+                if args.version_body is not None:
+                    return self._text(200, args.version_body, "application/json")
                 return self._json(200, {"version": "fake-0"})
+            if self.path == "/metrics" and metrics:
+                with lock:
+                    i = count["scrapes"]
+                    count["scrapes"] += 1
+                return self._text(200, metrics[min(i, len(metrics) - 1)])
             return self._json(404, {"error": "not found"})
 
         def do_POST(self):
@@ -65,7 +90,7 @@ def main(argv=None) -> None:
             if self.path == "/tokenize" and args.no_tokenize:
                 return self._json(404, {"detail": "Not Found"})
             if self.path == "/tokenize":
-                n = len(str(body.get("prompt", "")).split())
+                n = len(str(body.get("prompt", "")).split()) if args.tokenize_count is None else args.tokenize_count
                 return self._json(200, {"count": n, "tokens": list(range(n)), "max_model_len": 4096})
             with lock:
                 count["n"] += 1

@@ -14,7 +14,6 @@ from advisor.experiments.journal import Journal
 from advisor.experiments.launchers import LocalLauncher, healthy, listener, stop_pid
 from advisor.experiments.runner import execute
 from advisor.workload.plan import plan
-from advisor.workload.prompts import PromptSizer
 from advisor.workload.spec import Workload
 from tests.support.servers import ROOT, free_port
 
@@ -54,14 +53,10 @@ def make(tmp_path, ports, base_args, cand_args, blocks=4, guard=None) -> tuple[D
     return d, LocalLauncher(dep, cand_args, {}, journal, d.id, tmp_path / "logs"), journal
 
 
-def sizer(url):
-    return PromptSizer.for_target(url, "fake")
-
-
 def test_faster_candidate_is_improved_and_the_baseline_untouched(tmp_path, ports):
     d, lau, journal = make(tmp_path, ports, ["--delay", "0.006"], ["--delay", "0.002"])
     base_pid = listener(d.deployment.local.port)
-    r = execute(d, lau, journal, sizer(lau.url("baseline")), lambda m: None)
+    r = execute(d, lau, journal, lambda m: None)
     assert r.status == "finished" and r.verdict == "improved", [m.reason for m in r.metrics]
     assert r.ratio < 0.6 and r.ci[1] < 1
     assert [(b.arm, b.block) for b in r.blocks] == d.order
@@ -75,13 +70,13 @@ def test_faster_candidate_is_improved_and_the_baseline_untouched(tmp_path, ports
 
 def test_identical_arms_never_claim_a_difference(tmp_path, ports):
     d, lau, journal = make(tmp_path, ports, ["--delay", "0.003"], ["--delay", "0.003", "--same"])
-    r = execute(d, lau, journal, sizer(lau.url("baseline")), lambda m: None)
+    r = execute(d, lau, journal, lambda m: None)
     assert r.verdict in ("no change", "inconclusive")
 
 
 def test_error_guardrail_aborts_keeps_blocks_and_restores(tmp_path, ports):
     d, lau, journal = make(tmp_path, ports, [], ["--fail-after", "10"], guard=Guardrails(max_error_rate=0.2))
-    r = execute(d, lau, journal, sizer(lau.url("baseline")), lambda m: None)
+    r = execute(d, lau, journal, lambda m: None)
     assert r.status == "aborted" and "failed on the candidate" in r.aborted
     assert r.verdict == "inconclusive"
     assert [b.arm for b in r.blocks] == ["baseline", "candidate"]
@@ -91,7 +86,7 @@ def test_error_guardrail_aborts_keeps_blocks_and_restores(tmp_path, ports):
 
 def test_request_cap_guardrail(tmp_path, ports):
     d, lau, journal = make(tmp_path, ports, [], ["--x"], guard=Guardrails(max_requests=60))
-    r = execute(d, lau, journal, sizer(lau.url("baseline")), lambda m: None)
+    r = execute(d, lau, journal, lambda m: None)
     assert r.status == "aborted" and "60 requests" in r.aborted and len(r.blocks) == 2
 
 

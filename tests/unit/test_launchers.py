@@ -11,16 +11,17 @@ import pytest
 
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.journal import Busy, Journal, TargetLock
-from advisor.experiments.launchers import LocalLauncher, healthy, listener, stop_pid
+from advisor.experiments.launchers import LaunchError, LocalLauncher, healthy, listener, stop_pid
 from advisor.experiments.recovery import recover
 from tests.support.servers import ROOT, free_port
 
 
-def deployment(arms: str, port: int, cport: int | None = None) -> Deployment:
+def deployment(arms: str, port: int, cport: int | None = None, owns: bool = False) -> Deployment:
     return Deployment.model_validate({
         "name": "fake", "engine": "vllm", "model": "fake", "launcher": "local",
         "local": {"command": [sys.executable, "-m", "tests.support.fake_openai"], "args": ["--max-num-seqs", "2"],
-                  "port": port, "candidate_port": cport, "arms": arms, "start_timeout_s": 20}})
+                  "port": port, "candidate_port": cport, "arms": arms, "start_timeout_s": 20,
+                  "owns_process": owns}})
 
 
 def argv_at(url: str) -> list[str]:
@@ -49,13 +50,16 @@ def start_baseline(dep: Deployment, tmp_path, journal) -> LocalLauncher:
 
 
 def test_sequential_arms_swap_and_restore(tmp_path, cleanup):
+    # The baseline found serving was started by someone else: owns_process lets the advisor replace it.
     port = free_port()
     cleanup.append(port)
-    dep = deployment("sequential", port)
+    dep = deployment("sequential", port, owns=True)
     journal = Journal(tmp_path)
     start_baseline(dep, tmp_path, journal)
+    found_pid = listener(port)
     lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e1", tmp_path / "logs")
-    assert lau.found_serving
+    assert lau.found_serving and lau.found.pid == found_pid
+    lau.preflight()
     url = lau.bring_up("candidate")
     assert argv_at(url) == ["--max-num-seqs", "8"]
     lau.bring_up("baseline")
@@ -63,6 +67,24 @@ def test_sequential_arms_swap_and_restore(tmp_path, cleanup):
     lau.bring_up("candidate")
     lau.restore()
     assert healthy(lau.url("baseline")) and argv_at(lau.url("baseline")) == ["--max-num-seqs", "2"]
+    assert listener(port) != found_pid and not lau.found.alive(), "the found process was replaced"
+    stops = [e for e in journal.entries("e1") if e["event"] == "stopping" and e["who"] == "found"]
+    assert [(e["pid"], e["cmdline"]) for e in stops] == [(found_pid, lau.found.entry()["cmdline"])]
+
+
+def test_sequential_refuses_a_port_held_by_a_process_it_does_not_own(tmp_path, cleanup):
+    port = free_port()
+    cleanup.append(port)
+    dep = deployment("sequential", port)
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    found_pid = listener(port)
+    lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e1b", tmp_path / "logs")
+    with pytest.raises(LaunchError, match=f"port {port} is held by pid {found_pid} .*owns_process: true"):
+        lau.preflight()
+    with pytest.raises(LaunchError, match="did not start"):
+        lau.bring_up("candidate")
+    assert listener(port) == found_pid and argv_at(lau.url("baseline")) == ["--max-num-seqs", "2"]
 
 
 def test_parallel_arms_never_stop_the_baseline(tmp_path, cleanup):
@@ -87,8 +109,9 @@ def test_dead_candidate_is_reported_and_restore_still_works(tmp_path, cleanup):
     start_baseline(dep, tmp_path, journal)
     lau = LocalLauncher(dep, ["--x"], {}, journal, "e3", tmp_path / "logs")
     lau.bring_up("candidate")
-    os.kill(lau.started["candidate"], signal.SIGKILL)
-    psutil.Process(lau.started["candidate"]).wait(5) if psutil.pid_exists(lau.started["candidate"]) else None
+    pid = lau.started["candidate"].pid
+    os.kill(pid, signal.SIGKILL)
+    psutil.Process(pid).wait(5) if psutil.pid_exists(pid) else None
     assert "died" in lau.check("candidate") or "unhealthy" in lau.check("candidate")
     lau.restore()
     assert healthy(lau.url("baseline"))
@@ -108,12 +131,12 @@ def test_not_serving_at_start_means_not_serving_after(tmp_path, cleanup):
 def test_crash_mid_experiment_is_recovered_at_next_start(tmp_path, cleanup):
     port = free_port()
     cleanup.append(port)
-    dep = deployment("sequential", port)
+    dep = deployment("sequential", port, owns=True)
     journal = Journal(tmp_path)
     start_baseline(dep, tmp_path, journal)
     journal.write("boot", "recovered")  # the boot launcher's own entries are closed
     lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e5", tmp_path / "logs")
-    journal.write("e5", "begin", found_serving=True)
+    journal.write("e5", "begin", **lau.found_state())
     lau.bring_up("candidate")  # ...and the advisor dies here, candidate serving on the target port
     assert argv_at(lau.url("baseline")) == ["--max-num-seqs", "8"]
     assert journal.pending()[0] == "e5"
@@ -142,8 +165,6 @@ def test_journal_survives_a_torn_line(tmp_path):
 
 
 def test_failed_start_is_a_clear_error(tmp_path):
-    from advisor.experiments.launchers import LaunchError
-
     port = free_port()
     lau = LocalLauncher(deployment("sequential", port), ["--port-typo-makes-argparse-fail", "--tokens", "x"], {},
                         Journal(tmp_path), "e6", tmp_path / "logs")

@@ -26,7 +26,7 @@ def write_rule(tmp_path: Path, mutate) -> Path:
     (lambda r: r["checks"][1].update(stage="later"), r"checks\[1\].stage: 'later' is not one of"),
     (lambda r: r["docs"].update(change=""), r"docs.change: documentation is required"),
     (lambda r: r["when"]["all"][0].update(op="=~"), r"when.all\[0\].op: unknown operator"),
-    (lambda r: r["severity"].update(thresholds={"low": 1, "severe": 2}), r"severity.thresholds: needs numbers"),
+    (lambda r: r["severity"].update(thresholds={"low": 1, "severe": 2}), r"severity.thresholds: needs finite numbers"),
     (lambda r: r["when"]["all"][0]["than"].update(slo="ttft_p50"), r"unknown SLO 'ttft_p50'"),
     (lambda r: r["checks"][0].update(readout="speed"), r"readout: unknown signal 'speed'"),
     (lambda r: r.update(checks=[]), r"checks: a rule needs at least one check"),
@@ -93,7 +93,7 @@ def test_slo_defaults_and_file(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("ttft_p95: fast\n", "field ttft_p95"),
     ("ttft_p95: -1\n", "field ttft_p95"),
-    ("ttft_p59: 1\n", "field ttft_p59: Extra inputs"),
+    ("ttft_p59: 1\n", "field ttft_p59: unknown key \\(did you mean 'ttft_p95'\\?\\)"),
     ("[1, 2]\n", "expected a mapping"),
     ("a: [\n", "not valid YAML"),
 ])

@@ -1,0 +1,130 @@
+"""Which processes an experiment may signal: only those it started (or was told it owns) and
+recorded, and only while the live process at that pid is still the recorded one.
+
+A process is recorded by pid, create time and command line. A pid alone is not an identity: after
+the process exits the kernel hands the number to someone else, so every signal is preceded by a
+check that the process now at that pid has the recorded create time and command line.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+
+import psutil
+
+CREATE_TIME_SLACK_S = 0.05  # psutil's create time has the kernel's tick resolution (10 ms)
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    pid: int
+    create_time: float
+    cmdline: tuple[str, ...]
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessRecord | None:
+        """The live process at pid, recorded now; None if it is gone or cannot be read."""
+        try:
+            p = psutil.Process(pid)
+            cmdline = p.cmdline()
+            # Just after a fork-exec the parent may run before the kernel has set up the new image's
+            # arguments: an empty command line for a moment.
+            for _ in range(50):
+                if cmdline or p.status() == psutil.STATUS_ZOMBIE:
+                    break
+                time.sleep(0.01)
+                cmdline = p.cmdline()
+            return cls(pid, p.create_time(), tuple(cmdline))
+        except (psutil.Error, OSError):
+            return None
+
+    @classmethod
+    def from_entry(cls, entry: dict) -> ProcessRecord | None:
+        """From a journal entry; None when the entry lacks an identity (a journal from an older advisor)."""
+        try:
+            return cls(int(entry["pid"]), float(entry["create_time"]), tuple(str(a) for a in entry["cmdline"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def entry(self) -> dict:
+        return {"pid": self.pid, "create_time": self.create_time, "cmdline": list(self.cmdline)}
+
+    @property
+    def command(self) -> str:
+        text = shlex.join(self.cmdline) if self.cmdline else "?"
+        return text if len(text) <= 160 else text[:157] + "..."
+
+    def describe(self) -> str:
+        if self.pid == 0:
+            return "a process the advisor cannot see (another user's, or in another network namespace)"
+        return f"pid {self.pid} ({self.command})"
+
+    def check(self) -> tuple[psutil.Process | None, str]:
+        """(the live process, "") when the process at this pid is the recorded one; else (None, why)."""
+        try:
+            p = psutil.Process(self.pid)
+            with p.oneshot():
+                created, cmdline, status = p.create_time(), tuple(p.cmdline()), p.status()
+        except psutil.NoSuchProcess:
+            return None, "it has exited"
+        except (psutil.Error, OSError) as e:
+            return None, f"it cannot be inspected ({type(e).__name__})"
+        if status == psutil.STATUS_ZOMBIE:
+            return None, "it has exited"
+        if abs(created - self.create_time) > CREATE_TIME_SLACK_S:
+            return None, (f"pid {self.pid} now belongs to another process, started later "
+                          f"({ProcessRecord(self.pid, created, cmdline).command})")
+        if cmdline != self.cmdline:
+            return None, (f"the process at pid {self.pid} runs another command "
+                          f"({ProcessRecord(self.pid, created, cmdline).command})")
+        return p, ""
+
+    def alive(self) -> bool:
+        return self.check()[0] is not None
+
+
+UNSEEN = ProcessRecord(0, 0.0, ())
+
+
+def listening_pids(port: int) -> tuple[set[int], bool]:
+    """Pids with a TCP socket listening on a local port, and whether one listener's pid is hidden
+    from us (another user's process)."""
+    pids, hidden = set(), False
+    for c in psutil.net_connections(kind="tcp"):
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+            if c.pid:
+                pids.add(c.pid)
+            else:
+                hidden = True
+    return pids, hidden
+
+
+def holder(port: int) -> ProcessRecord | None:
+    """The process serving a local port, recorded now: the top-most of those sharing the listening
+    socket (an engine's workers may inherit its API server's socket). UNSEEN when something listens
+    but its process cannot be seen; None when nothing listens."""
+    pids, hidden = listening_pids(port)
+    for pid in sorted(pids):
+        try:
+            ancestors = {p.pid for p in psutil.Process(pid).parents()}
+        except psutil.Error:
+            continue
+        if not ancestors & pids:
+            record = ProcessRecord.of(pid)
+            if record:
+                return record
+    return UNSEEN if pids or hidden else None
+
+
+def is_or_descends_from(pid: int, record: ProcessRecord) -> bool:
+    """Whether pid is the recorded process (still the same one) or one of its descendants."""
+    if pid == 0 or not record.alive():
+        return False
+    if pid == record.pid:
+        return True
+    try:
+        return any(p.pid == record.pid for p in psutil.Process(pid).parents())
+    except psutil.Error:
+        return False
