@@ -115,6 +115,14 @@ def text_lines(path: Path, error: ErrorClass = InputError, max_line: int = MAX_L
     except OSError as e:
         raise error(f"{path}: cannot read: {e.strerror or e}") from None
     with f:
+        # A binary file usually shows a NUL early: say "not a text file" before any decoding complaint.
+        try:
+            head = f.peek(8192)[:8192]  # does not advance, so a pipe loses nothing
+        except OSError:
+            head = b""
+        nul = head.find(b"\0")
+        if nul >= 0:
+            raise error(f"{path}: not a text file (byte 0x00 at offset {nul})")
         n = 0
         while True:
             try:
@@ -256,7 +264,9 @@ def validate(model: type[M], data: Any, where: object, error: ErrorClass = Input
 
 def describe(e: ValidationError, model: type[BaseModel], where: object, node: yaml.Node | None = None,
              prefix: tuple = ()) -> str:
-    err = e.errors(include_url=False)[0]
+    errors = e.errors(include_url=False)
+    # An unknown key first: a typo'd key also makes its real one "missing", and the typo is the news.
+    err = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
     loc = tuple(p for p in err["loc"] if not _is_tag(p))
     in_key = "[key]" in err["loc"]
     if err["type"] == "extra_forbidden":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from probes import _replicas
 from probes._primitives import from_operands, why_empty
@@ -102,9 +102,10 @@ def _sum_over(view: _View, key: str, sample: str, scrapes: list[Scrape]) -> dict
     return {g: sum(s.values()) for g, s in _deltas(view, key, sample, scrapes).items()}
 
 
-def resets(scrapes: list[Scrape]) -> list[str]:
+def resets(scrapes: list[Scrape], read: Collection[str] = ()) -> list[str]:
     """The counters that went backwards from one scrape to the next (a reset: the engine
-    restarted, or several processes answer on one address), as one note; [] when none did."""
+    restarted, or several processes answer on one address), as one note; [] when none did.
+    read: the metric names the signals read, named first among the examples."""
     seen: dict[tuple[str, Labels], tuple[float, int]] = {}
     found: dict[tuple[str, Labels], tuple[float, float, int]] = {}
     for i, s in enumerate(scrapes):
@@ -119,8 +120,13 @@ def resets(scrapes: list[Scrape]) -> list[str]:
     if not found:
         return []
     at = sorted({i for _, _, i in found.values()})
-    # Plain counters read better than the buckets of a histogram: they come first.
-    order = sorted(found, key=lambda k: (k[0].endswith(("_bucket", "_sum", "_count")), k[0], k[1]))
+    # The metrics the signals read come first, and plain counters before a histogram's buckets.
+    def rank(k: tuple[str, Labels]):
+        hist = k[0].endswith(("_bucket", "_sum", "_count"))
+        base = k[0].removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
+        return (k[0] not in read and base not in read, hist, k[0], k[1])
+
+    order = sorted(found, key=rank)
     examples = [f"{series_text(n, lab)} {found[n, lab][0]:g} -> {found[n, lab][1]:g}" for n, lab in order]
     return [f"{len(found)} counter series went backwards between scrapes (a counter reset: the engine restarted, "
             f"or more than one process answers on this address) at scrape {', '.join(str(i + 1) for i in at)} "
@@ -222,12 +228,13 @@ def to_replicas(groups: dict[Group, dict[str, Signal]]) -> list[Replica]:
     return _replicas.fold(groups)
 
 
-def notes(scrapes: list[Scrape]) -> list[str]:
+def notes(scrapes: list[Scrape], dialect: Dialect | None = None) -> list[str]:
     """What the snapshot should say about its scrapes: each exposition problem once (with how many
-    scrapes had it), then the counter resets between them."""
+    scrapes had it), then the counter resets between them (the dialect's metrics named first)."""
     seen: dict[str, int] = {}
     for s in scrapes:
         for p in s.problems:
             seen[p] = seen.get(p, 0) + 1
     out = [p if n == len(scrapes) else f"{p} (in {n} of {len(scrapes)} scrapes)" for p, n in seen.items()]
-    return out + resets(scrapes)
+    read = {n for spec in dialect.metrics.values() for n in spec.names} if dialect else set()
+    return out + resets(scrapes, read)

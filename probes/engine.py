@@ -122,7 +122,7 @@ def probe_engine(url: str, window_s: float = 60.0, model: str | None = None, eng
                 break
         if len(scrapes) < 2:
             raise TargetUnreachable(f"engine at {url} stopped answering before a second scrape: {problems[-1]}")
-        problems += _delta.notes(scrapes)  # duplicate series, self-contradicting histograms, counter resets
+        problems += _delta.notes(scrapes, dialect)  # duplicate series, self-contradicting histograms, counter resets
         info = engine_info(client, url, dialect, scrapes[-1], model)
         groups = _delta.compute(dialect, scrapes, model, per_replica=False)
         snap = Snapshot(target=url, via="engine", window_s=scrapes[-1].t - first.t, model=model,

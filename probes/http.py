@@ -267,26 +267,70 @@ def async_client(cfg: HttpConfig, *, deadline: bool = True, transport: httpx.Asy
     return c
 
 
+# The most of an answer that is read (decoded): an endless body ends here, not in memory.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+_HOP = {"content-encoding", "content-length", "transfer-encoding"}
+
+
+class TooLarge(ProbeError):
+    """The answer's body is larger than the limit."""
+
+
+def _read(r: httpx.Response, chunks: list[bytes], size: int, limit: int, url: str, what: str) -> httpx.Response:
+    """The answer as an ordinary (read) response, its body already decoded."""
+    if size > limit:
+        raise TooLarge(f"{what} at {_base(redact_url(url))} answered {_path(redact_url(url))} with more than "
+                       f"{limit // (1024 * 1024)} MiB: refused")
+    headers = [(k, v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
+    ext = {k: v for k, v in r.extensions.items() if k in ("http_version", "reason_phrase")}
+    return httpx.Response(r.status_code, headers=headers, content=b"".join(chunks), request=r.request, extensions=ext)
+
+
+def _userinfo_as_auth(url: str, kw: dict) -> tuple[str, dict]:
+    """User info left in a URL (a deployment file's, say) is sent as basic auth, and the URL that
+    httpx sees, logs and puts in its errors is the one without it."""
+    clean, userinfo = split_userinfo(url)
+    if userinfo is None:
+        return url, kw
+    return clean, {"auth": httpx.BasicAuth(userinfo.user, userinfo.password), **kw}
+
+
 def request(c: httpx.Client, method: str, url: str, *, what: str = "server", timeout: float | None = None,
-            **kw: Any) -> httpx.Response:
+            max_bytes: int = MAX_BODY_BYTES, **kw: Any) -> httpx.Response:
     """Send one request and read its whole answer within `timeout` seconds in all (default: the
-    client's), connect, headers and body together. Any HTTP status is returned; a failure to get
-    one is raised as one line (TargetUnreachable, TlsError)."""
+    client's), connect, headers and body together, and at most `max_bytes` of body. Any HTTP
+    status is returned; a failure to get one is raised as one line (TargetUnreachable, TlsError,
+    TooLarge)."""
     total = float(timeout if timeout is not None else (c.timeout.read or 10.0))
+    url, kw = _userinfo_as_auth(url, kw)
     try:
-        with deadline(total):
-            return c.request(method, url, timeout=total, **kw)
+        with deadline(total), c.stream(method, url, timeout=total, **kw) as r:
+            chunks, size = [], 0
+            for chunk in r.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > max_bytes:
+                    break
+            return _read(r, chunks, size, max_bytes, url, what)
     except (httpx.HTTPError, httpx.InvalidURL, httpcore.TimeoutException) as e:
         raise unreachable(e, url, what, total) from e
 
 
 async def arequest(c: httpx.AsyncClient, method: str, url: str, *, what: str = "server",
-                   timeout: float | None = None, **kw: Any) -> httpx.Response:
+                   timeout: float | None = None, max_bytes: int = MAX_BODY_BYTES, **kw: Any) -> httpx.Response:
     """`request()` for an async client built with deadline=True."""
     total = float(timeout if timeout is not None else (c.timeout.read or 10.0))
+    url, kw = _userinfo_as_auth(url, kw)
     try:
         with deadline(total):
-            return await c.request(method, url, timeout=total, **kw)
+            async with c.stream(method, url, timeout=total, **kw) as r:
+                chunks, size = [], 0
+                async for chunk in r.aiter_bytes():
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > max_bytes:
+                        break
+                return _read(r, chunks, size, max_bytes, url, what)
     except (httpx.HTTPError, httpx.InvalidURL, httpcore.TimeoutException) as e:
         raise unreachable(e, url, what, total) from e
 
@@ -313,8 +357,8 @@ def origin(url: str) -> str:
         return redact_url(url, hide_path=True)
 
 
-def unreachable(e: BaseException, url: str, what: str = "server", timeout: float | None = None) -> TargetUnreachable:
-    """One line for a request that got no HTTP answer."""
+def unreachable(e: BaseException, url: str, what: str = "server", timeout: float | None = None) -> ProbeError:
+    """One line for a request that got no HTTP answer (TargetUnreachable, TlsError; BadUrl)."""
     shown = redact_url(url)
     base = f"{what} at {_base(shown)}"
     path = _path(shown)
@@ -329,10 +373,11 @@ def unreachable(e: BaseException, url: str, what: str = "server", timeout: float
         within = f" within its {timeout:g}s deadline" if timeout else " in time"
         return TargetUnreachable(f"{base} did not answer {path}{within} (connect, headers and body)")
     if isinstance(e, httpx.InvalidURL) or isinstance(e, httpx.UnsupportedProtocol):
-        return BadUrl(f"{shown!r} is not an http(s) URL: {e}")
+        return BadUrl(f"{shown!r} is not an http(s) URL: {redact_text(e)}")
     if isinstance(e, httpx.ConnectError):
         return TargetUnreachable(f"{base} is unreachable: {_os_reason(e) or 'connection refused or no route'}")
-    return TargetUnreachable(f"{base}: {type(e).__name__} on {path}: {_os_reason(e) or str(e)[:200] or 'no detail'}")
+    detail = _os_reason(e) or redact_text(e)[:200] or "no detail"
+    return TargetUnreachable(f"{base}: {type(e).__name__} on {path}: {detail}")
 
 
 def _os_reason(e: BaseException) -> str | None:

@@ -29,17 +29,17 @@ class LaunchError(AdvisorError, RuntimeError):
 
 def healthy(url: str, path: str = "/health", timeout: float = 5.0) -> bool:
     """Whether url+path answers 200 within `timeout` in all (connect, headers and body). An
-    untrusted TLS certificate is raised (TlsError, one line): waiting longer cannot fix it."""
+    untrusted TLS certificate or a bad URL is raised (one line): waiting longer cannot fix it."""
     from advisor import net
-    from advisor.errors import TargetUnreachable
-    from probes.http import TlsError, client, request
+    from advisor.errors import ProbeError
+    from probes.http import BadUrl, TlsError, client, request
 
     try:
         with client(net.config("engine", timeout=timeout, url=url)) as c:
             return request(c, "GET", url.rstrip("/") + path, what="engine").status_code == 200
-    except TlsError:
+    except (TlsError, BadUrl):
         raise
-    except TargetUnreachable:
+    except ProbeError:  # unreachable, too slow, an endless body
         return False
 
 

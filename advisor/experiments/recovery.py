@@ -25,8 +25,8 @@ def recover(dep: Deployment, journal: Journal, log_dir, say=lambda msg: None) ->
     if dep.launcher != "local":
         journal.write(experiment, "recovered", action="endpoints: nothing to restore")
         return f"experiment {experiment} had not finished; its arms are endpoints, nothing to restore"
-    say(f"experiment {experiment} did not finish (its advisor died): leaving the target as it found it")
     with interrupts.shielded():
+        say(f"experiment {experiment} did not finish (its advisor died): leaving the target as it found it")
         done, ok, blocked = _recover_local(dep, journal, experiment, entries, log_dir)
         if blocked:
             journal.write(experiment, "recovery incomplete", done=done, at=time.time())

@@ -196,10 +196,10 @@ class KeyboardInterruptWithResult(KeyboardInterrupt):
 def _restore(launcher: Launcher, journal: Journal, exp: str, say) -> tuple[bool, str, bool]:
     """Leave the target as found, shielded: a SIGINT or SIGTERM that arrives meanwhile is deferred
     until the restore is done. Returns (restored, note, whether a signal arrived)."""
-    say("restoring the baseline")
     restored, note, signalled = False, "restore interrupted; the next start will retry it", False
     try:
         with interrupts.shielded():
+            say("restoring the baseline")
             try:
                 note = launcher.restore() or "baseline serving with its own flags, verified healthy"
                 restored = True

@@ -25,7 +25,7 @@ def parse_value(text: str | None):
         return None
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, nested too deeply, an integer of 5000 digits
         return text
 
 

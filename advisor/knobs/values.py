@@ -117,6 +117,8 @@ def _speculative(knob: Knob, value: Any) -> dict | str:
             value_obj = json.loads(text)
         except json.JSONDecodeError as e:
             raise _refuse(knob, value, f"not JSON: {e.msg}") from None
+        except (ValueError, RecursionError):
+            raise _refuse(knob, value, "not JSON this advisor can read (nested too deeply or a number too long)") from None
     else:
         value_obj = value
     if not isinstance(value_obj, dict) or not value_obj:

@@ -7,7 +7,8 @@ generator error paths). Never a stand-in for the real engine in an e2e test.
 
 --fail-after N: requests after the Nth answer HTTP --status; --cut-after N: streams after the Nth
 are cut mid-response (the connection closes without [DONE]). --metrics FILE (repeatable): GET /metrics
-serves the Nth file to the Nth scrape (the last file after that), e.g. crafted labels, duplicate
+serves the files in turn, one per scrape, starting over after the last (a probe of as many scrapes
+as files sees each once), e.g. crafted labels, duplicate
 series or a counter reset; --version-body: the raw body of GET /version; --model-id: the id that
 /v1/models lists (any text: a crafted model name). Extra argv (e.g. knob flags) is
 accepted and echoed by GET /argv so tests can see which arm is serving.
@@ -36,7 +37,7 @@ def main(argv=None) -> None:
     p.add_argument("--no-tokenize", action="store_true", help="answer /tokenize with 404, like a server without one")
     p.add_argument("--tokenize-count", type=int, default=None,
                    help="answer /tokenize with this count for any text: prompts cannot be sized against it")
-    p.add_argument("--metrics", action="append", default=[], help="file served at /metrics (repeat: one per scrape)")
+    p.add_argument("--metrics", action="append", default=[], help="file served at /metrics (repeat: served in turn, one per scrape)")
     p.add_argument("--version-body", default=None, help="raw body of GET /version")
     p.add_argument("--model-id", default="fake", help="the model id /v1/models lists")
     args, extra = p.parse_known_args(argv)
@@ -81,7 +82,7 @@ def main(argv=None) -> None:
                 with lock:
                     i = count["scrapes"]
                     count["scrapes"] += 1
-                return self._text(200, metrics[min(i, len(metrics) - 1)])
+                return self._text(200, metrics[i % len(metrics)])
             return self._json(404, {"error": "not found"})
 
         def do_POST(self):

@@ -3,6 +3,7 @@
 - `dribbling_server("headers" | "body")`: answers a byte every 0.25 s, forever (headers that never
   end, or a body far longer than anyone waits for). Every single read succeeds well within any
   per-read timeout, so only a total deadline ends a request.
+- `endless_server()`: a body that never ends, sent as fast as it is read.
 - `prom_stand_in(tls=..., require_auth=...)`: a minimal Prometheus (metric names, instant queries
   by POST or GET) over HTTP or HTTPS (a trustme certificate for 127.0.0.1), that records the
   Authorization header of every request.
@@ -32,9 +33,10 @@ def dribbling_server(where: str) -> Iterator[str]:
     """where="headers": the status line, then a header that never ends; "body": complete headers
     announcing 1 MB, then the body a byte at a time."""
     if where == "headers":
-        answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 1_000_000
+        at_once, answer = b"", b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 1_000_000
     elif where == "body":
-        answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n" + b"[" * 1_000_000
+        at_once = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+        answer = b"[" * 1_000_000
     else:
         raise ValueError(where)
     srv = socket.socket()
@@ -46,10 +48,46 @@ def dribbling_server(where: str) -> Iterator[str]:
         with conn:
             try:
                 conn.recv(65536)
+                conn.sendall(at_once)
                 for i in range(len(answer)):
                     if stop.wait(BYTE_EVERY_S):
                         return
                     conn.sendall(answer[i:i + 1])
+            except OSError:
+                pass
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        stop.set()
+        srv.close()
+
+
+@contextmanager
+def endless_server() -> Iterator[str]:
+    """Answers 200 with a chunked body that never ends, as fast as the client reads it."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    stop = threading.Event()
+    chunk = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
+
+    def handle(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+                while not stop.is_set():
+                    conn.sendall(chunk)
             except OSError:
                 pass
 

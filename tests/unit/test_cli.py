@@ -73,7 +73,7 @@ def test_bad_rules_config_exits_2(tmp_path):
     cfg.write_text("ADV404: {enabled: false}\n")
     r = run("diagnose", "--prom-url", "http://127.0.0.1:9", "--rules-config", str(cfg))
     assert r.exit_code == 2
-    assert "unknown rules: ADV404" in r.output
+    assert "rules.yaml: field ADV404: unknown rule" in r.output
 
 
 def test_every_rule_has_a_help_page():

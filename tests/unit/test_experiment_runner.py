@@ -128,7 +128,7 @@ def test_default_concurrency_lets_only_the_baseline_queue_for_slot_limits(tmp_pa
     (["--mechanism", "warp_drive"], "unknown mechanism 'warp_drive'"),
     (["--mechanism", "max_num_seqs", "--value", "2"], "nothing to compare"),
     (["--mechanism", "max_num_seqs", "--value", "abc"], "max_num_seqs"),
-    (["--mechanism", "max_num_seqs", "--value", "8", "--blocks", "1"], "at least 2 blocks"),
+    (["--mechanism", "max_num_seqs", "--value", "8", "--blocks", "1"], "greater than or equal to 2"),
     (["--mechanism", "quantization"], "give --value"),
 ])
 def test_bad_experiments_are_refused_before_anything_starts(tmp_path, args, message):
