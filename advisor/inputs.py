@@ -30,7 +30,7 @@ from advisor.errors import AdvisorError
 # libyaml where PyYAML was built with it (advisor/resources.py reads the shipped files the same way).
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-# An input file larger than this is not a configuration file; traces pass their own limit.
+# An input file larger than this is not a configuration file (traces are read line by line instead).
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 # Aliases can make a small file expand into a huge value (a "billion laughs"); nothing we read needs more.
 MAX_VALUES = 200_000
@@ -350,7 +350,7 @@ def _message(err: dict) -> str:
     for lead in ("Value error, ", "Assertion failed, "):
         if msg.startswith(lead):
             msg = msg[len(lead):]
-    if err["type"] in ("missing", "value_error", "assertion_error") or err["type"].startswith(("model_", "dataclass")):
+    if err["type"] in ("missing", "value_error", "assertion_error"):
         return msg
     value = err.get("input")
     if isinstance(value, (str, int, float, bool)) or value is None:

@@ -280,7 +280,7 @@ def test_unwritable_data_dir_is_one_line_before_anything_starts(env, tmp_path, d
     }
     for name, argv in runs.items():
         r = env.run(*argv, data_dir=Path(data_dir))
-        line = assert_one_line_error(r, contains=data_dir)
+        assert_one_line_error(r, contains=data_dir)
         assert "unreachable" not in r.stderr, name
 
 

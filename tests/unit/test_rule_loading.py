@@ -107,3 +107,26 @@ def test_bad_slo_file(tmp_path, text, message):
 def test_missing_slo_file(tmp_path):
     with pytest.raises(SLOError, match="cannot read"):
         load_slo(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"enabled": "false"}, "enabled must be true or false, got 'false'"),
+    ({"severity": {"thresholds": {"critical": float("nan")}}}, "severity.thresholds.critical must be a finite number"),
+    ({"severity": {"thresholds": {"low": float("inf")}}}, "severity.thresholds.low must be a finite number"),
+    ({"params": {"max_preemptions": "lots"}}, "params.max_preemptions must be a finite number"),
+    ({"params": {"max_preemptions": True}}, "params.max_preemptions must be a finite number"),
+    ({"params": {"max_preemtions": 2}}, "unknown parameter 'max_preemtions' (did you mean 'max_preemptions'?)"),
+    ({"enabeld": False}, "unknown key 'enabeld' (did you mean 'enabled'?)"),
+    ("off", "expected a mapping"),
+])
+def test_overrides_given_in_code_are_checked_too(override, message):
+    # load_overrides checks a file first; overrides built in code get the same refusals, never a
+    # rule left on by "false" or graded by a NaN threshold.
+    with pytest.raises(RuleError) as e:
+        load_rules(overrides={"ADV007": override})
+    assert message in str(e.value)
+
+
+def test_a_nan_threshold_in_a_rule_file_is_refused(tmp_path):
+    with pytest.raises(RuleError, match="severity.thresholds: needs finite numbers"):
+        load_rules(write_rule(tmp_path, lambda r: r["severity"]["thresholds"].update(critical=float("nan"))))
