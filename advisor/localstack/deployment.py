@@ -11,13 +11,15 @@ from advisor.localstack.engine import HOST, LocalEngine
 
 
 def deployment_spec(engine: LocalEngine, arms: str = "parallel", candidate_port: int | None = None,
-                    name: str = "local-cpu-vllm") -> dict:
+                    name: str = "local-cpu-vllm", owns_process: bool = False) -> dict:
+    """owns_process: the advisor may stop this engine and restart the baseline in its place (needed
+    by arms: sequential, whose candidate takes the engine's port)."""
     argv = engine.command()
     i = argv.index("--port")
     args = argv[3:i] + argv[i + 2:]
     local = {"command": argv[:3], "args": args, "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **engine.env},
              "host": HOST, "port": engine.port, "arms": arms, "start_timeout_s": 300,
-             "isolate_engine_core": engine.isolate_engine_core}
+             "isolate_engine_core": engine.isolate_engine_core, "owns_process": owns_process}
     if arms == "parallel":
         local["candidate_port"] = candidate_port or paths.free_port()
     return {"name": name, "engine": "vllm", "model": paths.SERVED_MODEL_NAME, "launcher": "local", "local": local}

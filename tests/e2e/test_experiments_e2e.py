@@ -120,7 +120,8 @@ def test_candidate_killed_mid_run_aborts_keeps_samples_and_baseline_serves(tmp_p
 
 def test_advisor_killed_mid_run_is_recovered_at_next_start(tmp_path, isolated_store):
     with LocalEngine(max_num_seqs=2) as base:
-        dep = write_deployment(base, tmp_path / "dep.yaml", arms="sequential")
+        # The candidate takes the engine's port: the advisor must own the engine it found serving.
+        dep = write_deployment(base, tmp_path / "dep.yaml", arms="sequential", owns_process=True)
         proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(dep),
                                  "--mechanism", "max_num_seqs", "--value", "6", "--output", "json"],
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "advisor.err", "w"),
