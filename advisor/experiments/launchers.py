@@ -101,6 +101,8 @@ def _stop(proc: psutil.Process, grace: float) -> None:
             os.killpg(pgid, sig) if pgid == pid else proc.send_signal(sig)
         except (psutil.NoSuchProcess, ProcessLookupError):
             pass
+        except (PermissionError, psutil.AccessDenied):
+            raise LaunchError(f"not permitted to stop pid {pid} (another user's process)") from None
 
     send(signal.SIGTERM)
     if not _wait_gone(proc, grace):

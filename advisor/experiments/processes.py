@@ -9,6 +9,7 @@ check that the process now at that pid has the recorded create time and command 
 from __future__ import annotations
 
 import shlex
+import socket
 import time
 from dataclasses import dataclass
 
@@ -92,7 +93,17 @@ def listening_pids(port: int) -> tuple[set[int], bool]:
     """Pids with a TCP socket listening on a local port, and whether one listener's pid is hidden
     from us (another user's process)."""
     pids, hidden = set(), False
-    for c in psutil.net_connections(kind="tcp"):
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:  # macOS without root: nothing can be identified, so nothing is ours
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return pids, True
+        return pids, False
+    for c in connections:
         if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
             if c.pid:
                 pids.add(c.pid)
