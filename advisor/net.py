@@ -17,8 +17,18 @@ from typing import Literal
 
 from advisor.errors import AdvisorError
 from advisor.settings import get_settings
-from probes.http import Auth, BasicAuth, BearerAuth, HttpConfig, TlsConfigError, check_url, split_userinfo
-from probes.http import origin, redact_url, ssl_context
+from probes.http import (
+    Auth,
+    BasicAuth,
+    BearerAuth,
+    HttpConfig,
+    TlsConfigError,
+    check_url,
+    origin,
+    redact_url,
+    split_userinfo,
+    ssl_context,
+)
 
 Role = Literal["prom", "engine"]
 ROLE_NAME = {"prom": "Prometheus", "engine": "engine"}

@@ -11,7 +11,7 @@ import httpx
 
 from probes import _delta, _missing, gpu
 from probes import http as _http
-from probes.catalog import Dialect, dialects, detect_engines
+from probes.catalog import Dialect, detect_engines, dialects
 from probes.errors import BadExposition, NotAnEngine, ProbeError, TargetUnreachable
 from probes.exposition import Scrape, parse
 from probes.http import HttpConfig

@@ -9,8 +9,22 @@ import typer
 
 from advisor import escape
 from advisor.cli._app import app
-from advisor.cli._common import (EXIT_FOUND, EXIT_OK, At, Engine, EngineUrl, Model, PromUrl,
-    ReportFormat, Window, check_store_early, err, fail, out, take_snapshot)
+from advisor.cli._common import (
+    EXIT_FOUND,
+    EXIT_OK,
+    At,
+    Engine,
+    EngineUrl,
+    Model,
+    PromUrl,
+    ReportFormat,
+    Window,
+    check_store_early,
+    err,
+    fail,
+    out,
+    take_snapshot,
+)
 from advisor.settings import get_settings
 
 
@@ -33,8 +47,8 @@ def diagnose(
 
     Exit codes: 0 healthy, 1 symptoms found, 2 could not diagnose (unreachable, no data, bad input).
     """
-    from advisor.diagnosis import RuleError, SLOError, diagnose as run_diagnosis, load_overrides, load_rules, load_slo
-    from advisor.diagnosis import per_replica_signals
+    from advisor.diagnosis import RuleError, SLOError, load_overrides, load_rules, load_slo, per_replica_signals
+    from advisor.diagnosis import diagnose as run_diagnosis
 
     settings = get_settings()
     try:

@@ -146,9 +146,8 @@ def experiment(
             raise fail("give at most one of --workload and --from-prom")
         workload = load_workload(workload_file) if workload_file else None
         if from_prom:
-            from advisor.workload.telemetry import workload_from_prometheus
-
             from advisor import net
+            from advisor.workload.telemetry import workload_from_prometheus
 
             prom, prom_http = net.target(from_prom, "prom", "--from-prom")  # credentials split off here
             workload = workload_from_prometheus(prom, http=prom_http)

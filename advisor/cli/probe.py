@@ -7,8 +7,7 @@ from typing import Annotated
 import typer
 
 from advisor.cli._app import app
-from advisor.cli._common import (At, Engine, EngineUrl, Model, Output, PromUrl,
-    Window, out, take_snapshot)
+from advisor.cli._common import At, Engine, EngineUrl, Model, Output, PromUrl, Window, out, take_snapshot
 
 
 @app.command()

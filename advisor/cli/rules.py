@@ -8,8 +8,7 @@ import typer
 
 from advisor import escape
 from advisor.cli._app import app
-from advisor.cli._common import (fail, out)
-
+from advisor.cli._common import fail, out
 
 rules_app = typer.Typer(help="The rule base: what each rule detects, its evidence, and the settings to change.",
                         no_args_is_help=True)

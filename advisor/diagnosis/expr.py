@@ -12,11 +12,11 @@
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from advisor.errors import AdvisorError
 from probes import Snapshot, signal_defs
 
 FACTS = ("replica_count", "gpu_count")

@@ -13,12 +13,11 @@ from typing import Any
 import yaml
 from pydantic import Field, RootModel
 
-from advisor.errors import AdvisorError
-from advisor.inputs import InputModel, field_error, load_yaml, unknown_key, validate
-
 from advisor.diagnosis.expr import Expr, RuleSyntaxError, parse_expr
 from advisor.diagnosis.model import SEVERITY_ORDER
 from advisor.diagnosis.slo import SLO
+from advisor.errors import AdvisorError
+from advisor.inputs import InputModel, field_error, load_yaml, unknown_key, validate
 from advisor.knobs import KNOBS
 from advisor.resources import data_dir, read_yaml
 from probes import signal_defs

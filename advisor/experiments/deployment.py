@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from advisor.errors import AdvisorError
 from advisor.inputs import InputModel, load_model
+from probes.http import redact_url
 
 
 class DeploymentError(AdvisorError, ValueError):
@@ -85,7 +86,8 @@ class Deployment(_Strict):
     def target_url(self) -> str:
         if self.local:
             return f"http://{self.local.host}:{self.local.port}"
-        return self.endpoints.baseline.rstrip("/")
+        # Shown and used to name the journal's folder: never with the URL's credentials.
+        return redact_url(self.endpoints.baseline.rstrip("/"))
 
     @property
     def key(self) -> str:

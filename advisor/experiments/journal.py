@@ -3,12 +3,13 @@ fsynced) before it takes effect, so a run whose process died is recovered at the
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 import fcntl
 import json
 import os
 import time
 from pathlib import Path
+
+from advisor.errors import AdvisorError
 
 CLOSED = {"restored", "recovered"}
 

@@ -4,7 +4,6 @@ run. A `kubernetes` launcher (clone a Deployment with one argument changed) fits
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 import os
 import signal
 import subprocess
@@ -16,9 +15,11 @@ from typing import Protocol
 import psutil
 
 from advisor.cores import isolate_engine_core
+from advisor.errors import AdvisorError
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.journal import Journal
 from advisor.experiments.processes import UNSEEN, ProcessRecord, holder, is_or_descends_from
+from probes.http import redact_url
 
 ARMS = ("baseline", "candidate")
 
@@ -132,11 +133,11 @@ class EndpointsLauncher:
 
     def bring_up(self, arm: str) -> str:
         if not healthy(self.url(arm), self.spec.health_path):
-            raise LaunchError(f"the {arm} endpoint {self.url(arm)} is not healthy")
+            raise LaunchError(f"the {arm} endpoint {redact_url(self.url(arm))} is not healthy")
         return self.url(arm)
 
     def check(self, arm: str) -> str | None:
-        return None if healthy(self.url(arm), self.spec.health_path) else f"{arm} at {self.url(arm)} stopped answering {self.spec.health_path}"
+        return None if healthy(self.url(arm), self.spec.health_path) else f"{arm} at {redact_url(self.url(arm))} stopped answering {self.spec.health_path}"
 
     def take_down(self, arm: str) -> None:
         pass
@@ -149,7 +150,7 @@ class EndpointsLauncher:
 
     def restore(self) -> str | None:
         if not healthy(self.url("baseline"), self.spec.health_path):
-            raise LaunchError(f"baseline {self.url('baseline')} is not healthy after the experiment")
+            raise LaunchError(f"baseline {redact_url(self.url('baseline'))} is not healthy after the experiment")
         return None
 
 

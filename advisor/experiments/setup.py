@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 import json
 from pathlib import Path
 
 from advisor import knobs
+from advisor.errors import AdvisorError
 from advisor.experiments.deployment import Deployment
-from advisor.experiments.design import SECONDARY, SIGNAL_READOUT, Design, Guardrails, block_order, default_workload, new_id
+from advisor.experiments.design import (
+    SECONDARY,
+    SIGNAL_READOUT,
+    Design,
+    Guardrails,
+    block_order,
+    default_workload,
+    new_id,
+)
 from advisor.experiments.journal import Journal
 from advisor.experiments.launchers import EndpointsLauncher, LocalLauncher
 from advisor.workload.plan import plan

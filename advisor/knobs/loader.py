@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from advisor.errors import AdvisorError
 from advisor.knobs.model import (
     CLIENT_METRICS,
     ENGINES,

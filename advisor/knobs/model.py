@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 from dataclasses import dataclass, field
 from typing import Any
+
+from advisor.errors import AdvisorError
 
 ENGINES = ("vllm", "sglang", "tgi", "llamacpp")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from advisor import manifest as manifest_mod
+from advisor.errors import AdvisorError
 from advisor.loadgen.metrics import DEFINITIONS, Summary, summarize
 from advisor.loadgen.runner import Run, Target, run
 from advisor.workload.plan import PlannedRequest, plan

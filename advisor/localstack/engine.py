@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 import atexit
 import os
 import signal
@@ -15,6 +14,7 @@ from typing import Mapping, Sequence
 import httpx
 
 from advisor.cores import isolate_engine_core
+from advisor.errors import AdvisorError
 from advisor.localstack import paths
 
 HOST = "127.0.0.1"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 import atexit
 import os
 import shutil
@@ -17,6 +16,7 @@ from typing import Sequence
 import httpx
 import yaml
 
+from advisor.errors import AdvisorError
 from advisor.localstack import paths
 
 HOST = "127.0.0.1"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from advisor.errors import AdvisorError
 import re
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from advisor.errors import AdvisorError
 
 
 class StoreError(AdvisorError):

@@ -23,13 +23,12 @@ import statistics
 import time
 from datetime import datetime
 
+from advisor.workload.spec import Arrival, Bucket, Prefix, Workload, WorkloadError
 from probes import _promql
 from probes.catalog import Dialect, detect_engines, dialects
 from probes.errors import ProbeError
 from probes.http import HttpConfig
 from probes.prometheus import _Client
-
-from advisor.workload.spec import Arrival, Bucket, Prefix, Workload, WorkloadError
 
 MINUTE_S = 60
 # Fewer whole minutes than this and the variance of the counts says too little: Poisson.

@@ -16,7 +16,7 @@ import re
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +26,38 @@ from urllib.parse import parse_qs, urlsplit
 BYTE_EVERY_S = 0.25
 PART = re.compile(r'"__advisor_part", "([^"]+)"')
 NAMES = ["vllm:num_requests_running", "vllm:num_requests_waiting"]
+
+
+@contextmanager
+def serving(handle: Callable[[socket.socket, threading.Event], None]) -> Iterator[str]:
+    """A raw TCP server on 127.0.0.1: each connection gets its own thread running handle(conn, stop)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    stop = threading.Event()
+
+    def one(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                handle(conn, stop)
+            except OSError:
+                pass
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=one, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    finally:
+        stop.set()
+        srv.close()
 
 
 @contextmanager
@@ -39,72 +71,37 @@ def dribbling_server(where: str) -> Iterator[str]:
         answer = b"[" * 1_000_000
     else:
         raise ValueError(where)
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(64)
-    stop = threading.Event()
 
-    def handle(conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.recv(65536)
-                conn.sendall(at_once)
-                for i in range(len(answer)):
-                    if stop.wait(BYTE_EVERY_S):
-                        return
-                    conn.sendall(answer[i:i + 1])
-            except OSError:
-                pass
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
+    def handle(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(at_once)
+        for i in range(len(answer)):
+            if stop.wait(BYTE_EVERY_S):
                 return
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+            conn.sendall(answer[i:i + 1])
 
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
-    finally:
-        stop.set()
-        srv.close()
+    with serving(handle) as url:
+        yield url
+
+
+@contextmanager
+def silent_server() -> Iterator[str]:
+    """Accepts, reads the request, and never answers."""
+    with serving(lambda conn, stop: stop.wait()) as url:
+        yield url
 
 
 @contextmanager
 def endless_server() -> Iterator[str]:
     """Answers 200 with a chunked body that never ends, as fast as the client reads it."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(64)
-    stop = threading.Event()
     chunk = b"%x\r\n%s\r\n" % (65536, b"x" * 65536)
 
-    def handle(conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
-                while not stop.is_set():
-                    conn.sendall(chunk)
-            except OSError:
-                pass
-
-    def accept() -> None:
+    def handle(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
         while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+            conn.sendall(chunk)
 
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
-    finally:
-        stop.set()
-        srv.close()
+    with serving(handle) as url:
+        yield url
 
 
 @dataclass

@@ -13,7 +13,6 @@ import io
 import json
 import math
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,8 @@ from advisor.diagnosis import SLO, diagnose, load_rules
 from advisor.experiments.result import BlockRecord, ExperimentResult, QualityGuard
 from advisor.loadgen.metrics import Dist, Generator, Stats, Summary
 from advisor.reports import diagnosis_text, experiment_text, load_text, snapshot_text
-from advisor.reports.markdown import code, render as render_md
+from advisor.reports.markdown import code
+from advisor.reports.markdown import render as render_md
 from probes.snapshot import EngineInfo, GpuStatus, Replica, Signal, Snapshot
 from tests.support.cli import run_cli
 from tests.support.servers import fake_server

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 import yaml
 

@@ -7,53 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
 from tests.support.cli import ROOT
-
-
-@contextmanager
-def silent_server(dribble: bool) -> Iterator[str]:
-    """Accepts connections and then either says nothing or sends its answer a byte every 0.2 s."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(16)
-    stop = threading.Event()
-
-    def handle(conn: socket.socket) -> None:
-        with conn:
-            try:
-                conn.recv(65536)
-                for b in b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"x" * 10_000:
-                    if stop.wait(0.2):
-                        return
-                    if dribble:
-                        conn.send(bytes([b]))
-            except OSError:
-                pass
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.getsockname()[1]}"
-    finally:
-        stop.set()
-        srv.close()
+from tests.support.hostile import dribbling_server, silent_server
 
 
 def start(*args: str, env: dict | None = None) -> subprocess.Popen:
@@ -71,7 +32,7 @@ def wait_started(proc: subprocess.Popen, seconds: float = 2.5) -> None:
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 @pytest.mark.parametrize("mode", ["--prom-url", "--url"])
 def test_a_signal_stops_a_waiting_probe_within_a_second(sig, code, mode):
-    with silent_server(dribble=False) as url:
+    with silent_server() as url:
         proc = start("probe", mode, url, "--window", "2s", env={"ADVISOR_TIMEOUT": "30"})
         wait_started(proc)
         sent = time.monotonic()
@@ -85,7 +46,7 @@ def test_a_signal_stops_a_waiting_probe_within_a_second(sig, code, mode):
 
 
 def test_a_dribbling_target_ends_at_the_stated_budget():
-    with silent_server(dribble=True) as url:
+    with dribbling_server("body") as url:
         t = time.monotonic()
         proc = start("probe", "--url", url, "--window", "1s", env={"ADVISOR_TIMEOUT": "0.5"})
         out, err = proc.communicate(timeout=60)

@@ -3,8 +3,8 @@
 Statistical checks run on fixed seeds, so they are deterministic; their thresholds are the ones a
 fresh seed would pass with the stated probability (KS and chi-square at alpha 0.01, 3 sigma)."""
 
-import re
 import math
+import re
 import statistics
 from collections import Counter
 
