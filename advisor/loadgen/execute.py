@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -167,16 +168,23 @@ def check_export(path: Path) -> None:
 
 
 def export(result: Result, path: Path) -> None:
+    """Written beside the destination and renamed into place: an interrupted export never leaves a
+    truncated file under the name the user asked for."""
     rows = pd.DataFrame([r.to_row() for r in result.run.records])
     suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".csv", ".parquet"):
+        raise LoadError(f"cannot export to {path.name}: use .jsonl, .csv or .parquet")
+    partial = path.with_name(f".{path.name}.partial")
     try:
         if suffix == ".jsonl":
-            rows.to_json(path, orient="records", lines=True)
+            rows.to_json(partial, orient="records", lines=True)
         elif suffix == ".csv":
-            rows.to_csv(path, index=False)
-        elif suffix == ".parquet":
-            rows.to_parquet(path, index=False)
+            rows.to_csv(partial, index=False)
         else:
-            raise LoadError(f"cannot export to {path.name}: use .jsonl, .csv or .parquet")
-    except OSError as e:
+            rows.to_parquet(partial, index=False)
+        os.replace(partial, path)
+    except (OSError, KeyboardInterrupt) as e:
+        partial.unlink(missing_ok=True)
+        if isinstance(e, KeyboardInterrupt):
+            raise
         raise LoadError(f"cannot write {path}: {e.strerror or e}") from None
