@@ -25,7 +25,12 @@ from advisor.cli._common import (
     out,
     take_snapshot,
 )
+from advisor.errors import AdvisorError
 from advisor.settings import get_settings
+
+
+class UsageProblem(AdvisorError):
+    """Options that do not go together, or a target with nothing to diagnose."""
 
 
 @app.command()
@@ -47,48 +52,42 @@ def diagnose(
 
     Exit codes: 0 healthy, 1 symptoms found, 2 could not diagnose (unreachable, no data, bad input).
     """
-    from advisor.diagnosis import RuleError, SLOError, load_overrides, load_rules, load_slo, per_replica_signals
+    from advisor.diagnosis import load_overrides, load_rules, load_slo, per_replica_signals
     from advisor.diagnosis import diagnose as run_diagnosis
-
     settings = get_settings()
     try:
         slo_spec = load_slo(slo or settings.slo_file)
         overrides = load_overrides(rules_config or settings.rules_config) if (rules_config or settings.rules_config) else {}
         rules = load_rules(overrides=overrides)
-    except (SLOError, RuleError) as e:
-        raise fail(str(e)) from None
-    # Every input is checked before the target is read.
-    if experiments and not deployment:
-        raise fail("--experiment needs --deployment (how to launch the candidate)")
-    dep = None
-    if deployment:
-        from advisor.experiments.deployment import DeploymentError, load_deployment
+        # Every input is checked before the target is read.
+        if experiments and not deployment:
+            raise UsageProblem("--experiment needs --deployment (how to launch the candidate)")
+        dep = None
+        if deployment:
+            from advisor.experiments.deployment import load_deployment
 
-        try:
             dep = load_deployment(deployment)
-        except DeploymentError as e:
-            raise fail(str(e)) from None
-    check_store_early(save)
-    # Only what the rules read replica by replica is broken down: at 64 replicas the full
-    # breakdown is most of the query time (benchmarks/README.md).
-    snap = take_snapshot(prom_url, url, window, model, at, engine, per_replica=per_replica_signals(rules))
-    if not any(s.present for s in snap.signals.values()):
-        raise fail(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
-    result = run_diagnosis(snap, rules, slo_spec)
-    if experiments:
-        from advisor.experiments.checks import verify_top_checks
+        check_store_early(save)
+        # Only what the rules read replica by replica is broken down: at 64 replicas the full
+        # breakdown is most of the query time (benchmarks/README.md).
+        snap = take_snapshot(prom_url, url, window, model, at, engine, per_replica=per_replica_signals(rules))
+        if not any(s.present for s in snap.signals.values()):
+            raise UsageProblem(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
+        result = run_diagnosis(snap, rules, slo_spec)
+        if experiments:
+            from advisor.experiments.checks import verify_top_checks
 
-        verify_top_checks(result, dep, experiments, say=lambda m: err.print(f"[dim]{escape.markup(m)}[/]", highlight=False))
-    if save:
-        from advisor.store import StoreError, open_store
+            verify_top_checks(result, dep, experiments,
+                              say=lambda m: err.print(f"[dim]{escape.markup(m)}[/]", highlight=False))
+        if save:
+            from advisor.store import open_store
 
-        try:
             store = open_store(settings.database_url)
             run_id = store.save_diagnosis(result, snap)
             store.close()
-        except StoreError as e:
-            raise fail(str(e)) from None
-        err.print(f"[dim]saved as diagnosis {run_id}[/]")
+            err.print(f"[dim]saved as diagnosis {run_id}[/]")
+    except AdvisorError as e:
+        raise fail(str(e)) from None
     if output is ReportFormat.json:
         print(escape.json_text({"healthy": result.healthy, "top_severity": result.top_severity,
                                 **result.model_dump(mode="json")}))

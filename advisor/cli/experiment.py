@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from advisor.cli._app import app
-from advisor.cli._common import EXIT_OK, Output, check_store_early, err, fail, out
-from advisor.settings import get_settings
+from advisor.cli._common import EXIT_OK, Output, err, fail, out
 
 Deployment = Annotated[Path, typer.Option("--deployment", help="Deployment YAML: engine, model, launcher (local: command, args, env, port, arms, owns_process: whether the advisor may stop the process found serving the port; endpoints: baseline and candidate URLs).")]
-
-
-def state_dir(key: str) -> Path:
-    return get_settings().data_dir / "experiments" / key
-
-
-def _state_dir_checked(key: str) -> Path:
-    """The target's journal and lock folder, shown writable before anything starts (one line if not)."""
-    from advisor.store import StoreError
-    from advisor.store.connect import writable_dir
-
-    try:
-        return writable_dir(state_dir(key), "experiment journals and locks")
-    except StoreError as e:
-        raise fail(str(e)) from None
-
-
-def _sigterm_as_interrupt(*_):
-    raise KeyboardInterrupt
 
 
 def _say(prefix: str):
@@ -40,74 +19,10 @@ def _say(prefix: str):
     return lambda m: err.print(f"[dim]{prefix}{escape.markup(m)}[/]", highlight=False)
 
 
-def run_experiment(dep, mechanism: str, value: str | None, workload, *, blocks: int, block_requests: int,
-                   concurrency: int | None, readout_signal: str | None, dry_run: bool, save: bool, quiet: bool = False,
-                   warmup: int = 16):
-    """Shared by `experiment` and `diagnose --experiment`. Returns an ExperimentResult (or the
-    plan's lines for a dry run). Raises typer.Exit on bad input."""
-    from advisor.experiments import runner
-    from advisor.experiments.journal import Busy, Journal, TargetLock
-    from advisor.experiments.launchers import LaunchError
-    from advisor.experiments.recovery import recover
-    from advisor.experiments.setup import DesignError, design, launcher_for
-    from advisor.knobs import KnobError
+def _recovered(note: str) -> None:
+    from advisor import escape
 
-    try:
-        d = design(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
-                   concurrency=concurrency, readout_signal=readout_signal, warmup=warmup)
-    except (DesignError, KnobError) as e:
-        raise fail(str(e)) from None
-    if dry_run:
-        return d
-    say = (lambda m: None) if quiet else _say("\\[experiment] ")
-    directory = _state_dir_checked(dep.key)
-    check_store_early(save)  # before anything starts: an unwritable store must not cost the results
-    journal = Journal(directory)
-    store = None
-    try:
-        with TargetLock(directory):
-            note = recover(dep, journal, directory / "logs", say)
-            if note:
-                from advisor import escape
-
-                err.print(f"[yellow]recovered:[/] {escape.markup(note)}", highlight=False)
-            launcher = launcher_for(d, journal, directory / "logs")
-            save_block = None
-            if save:
-                from advisor.store import open_store
-
-                store = open_store(get_settings().database_url)
-                exp_num = int(d.id.replace("exp-", "").replace("-", ""))
-
-                def save_block(arm, block, run, summary):
-                    return store.save_load_run(d.workload, summary, run.records, target=launcher.url(arm),
-                                               model=dep.model, started_at=_utc(run.started_at), wall_s=run.wall_s,
-                                               manifest={"experiment": d.id}, experiment_id=exp_num, arm=arm,
-                                               block=block)
-            # The entry point's handler (advisor.interrupts) shields the restore; without it (an
-            # in-process caller), SIGTERM is at least an interrupt, so the baseline is restored.
-            fallback = signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
-            previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt) if fallback else None
-            try:
-                result = runner.execute(d, launcher, journal, say, save_block)
-            finally:
-                if fallback:
-                    signal.signal(signal.SIGTERM, previous)
-    except (Busy, LaunchError, runner.NotStarted) as e:
-        raise fail(str(e)) from None
-    finally:
-        if store:
-            store.close()
-    from advisor.experiments.manifest import experiment_manifest
-
-    result.manifest = experiment_manifest(d, result)
-    return result
-
-
-def _utc(ts: float):
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
+    err.print(f"[yellow]recovered:[/] {escape.markup(note)}", highlight=False)
 
 
 @app.command()
@@ -126,6 +41,9 @@ def experiment(
     readout_signal: Annotated[Optional[str], typer.Option("--readout", help="Primary readout as a signal name (ttft_p95, tpot_p95, e2e_p99...). Default: the mechanism's.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (both arms' argv, workload, blocks, guardrails) and touch nothing.")] = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep every block's samples in the store.")] = True,
+    max_duration: Annotated[Optional[str], typer.Option("--max-duration", help="Guardrail: abort past this long (30s, 30m, 1h). Default: the deployment's guardrails.max_duration, else 30m.")] = None,
+    max_requests: Annotated[Optional[int], typer.Option("--max-requests", min=1, help="Guardrail: abort before a block would pass this many requests in all. Default: the deployment's guardrails.max_requests, else 5000.")] = None,
+    max_error_rate: Annotated[Optional[float], typer.Option("--max-error-rate", min=0.0, max=1.0, help="Guardrail: abort when a block's share of failed requests is above this (0-1). Default: the deployment's guardrails.max_error_rate, else 0.2.")] = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="text, or json with verdict, primary_metric, ratio, ci, metrics and manifest.")] = Output.text,
 ) -> None:
     """Run baseline against a candidate that changes exactly one mechanism, on the same workload, and judge it.
@@ -137,13 +55,23 @@ def experiment(
     from the spec); arms: parallel never stops the baseline.
     Exit codes: 0 finished (any verdict), 1 aborted (guardrail or interrupt), 2 could not start (bad input).
     """
-    from advisor.experiments.deployment import DeploymentError, load_deployment
-    from advisor.workload.spec import WorkloadError, load_workload
+    from advisor.errors import AdvisorError
+    from advisor.escape import json_text
+    from advisor.experiments import session
+    from advisor.experiments.deployment import load_deployment
+    from advisor.experiments.setup import DesignError, design, effective_guardrails
+    from advisor.reports.experiment_text import render, render_plan
+    from advisor.units import parse_duration
+    from advisor.workload.spec import load_workload
 
     try:
         dep = load_deployment(deployment)
         if workload_file and from_prom:
-            raise fail("give at most one of --workload and --from-prom")
+            raise DesignError("give at most one of --workload and --from-prom")
+        try:
+            duration_s = parse_duration(max_duration) if max_duration is not None else None
+        except ValueError as e:
+            raise DesignError(f"--max-duration: {e}") from None
         workload = load_workload(workload_file) if workload_file else None
         if from_prom:
             from advisor import net
@@ -151,27 +79,22 @@ def experiment(
 
             prom, prom_http = net.target(from_prom, "prom", "--from-prom")  # credentials split off here
             workload = workload_from_prometheus(prom, http=prom_http)
-    except (DeploymentError, WorkloadError) as e:
-        raise fail(str(e)) from None
-    from advisor.experiments.runner import KeyboardInterruptWithResult
-
-    try:
-        result = run_experiment(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
-                                concurrency=concurrency, readout_signal=readout_signal, dry_run=dry_run, save=save,
-                                warmup=warmup)
-    except KeyboardInterruptWithResult as e:
+        guardrails = effective_guardrails(dep, max_duration_s=duration_s, max_requests=max_requests,
+                                          max_error_rate=max_error_rate)
+        d = design(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
+                   concurrency=concurrency, readout_signal=readout_signal, warmup=warmup, guardrails=guardrails)
+        if dry_run:
+            if output is Output.json:
+                print(json_text({"dry_run": True, "plan": d.describe(), "baseline_argv": d.baseline_args,
+                                 "candidate_argv": d.candidate_args}))
+            else:
+                render_plan(d, out)
+            raise typer.Exit(EXIT_OK)
+        result = session.run(d, save=save, say=_say("\\[experiment] "), note=_recovered)
+    except session.KeyboardInterruptWithResult as e:  # the baseline was restored: report what was found
         result = e.result
-    from advisor.escape import json_text
-    from advisor.experiments.design import Design
-    from advisor.reports.experiment_text import render, render_plan
-
-    if isinstance(result, Design):
-        if output is Output.json:
-            print(json_text({"dry_run": True, "plan": result.describe(), "baseline_argv": result.baseline_args,
-                             "candidate_argv": result.candidate_args}))
-        else:
-            render_plan(result, out)
-        raise typer.Exit(EXIT_OK)
+    except AdvisorError as e:
+        raise fail(str(e)) from None
     if output is Output.json:
         print(json_text(result.model_dump(mode="json")))
     else:
@@ -190,17 +113,18 @@ def recover(deployment: Deployment) -> None:
 
     Exit codes: 0 restored or nothing to do, 2 could not restore.
     """
-    from advisor.experiments.deployment import DeploymentError, load_deployment
-    from advisor.experiments.journal import Busy, Journal, TargetLock
-    from advisor.experiments.launchers import LaunchError
+    from advisor.errors import AdvisorError
+    from advisor.experiments.deployment import load_deployment
+    from advisor.experiments.journal import Journal, TargetLock
     from advisor.experiments.recovery import recover as do_recover
+    from advisor.experiments.session import checked_state_dir
 
     try:
         dep = load_deployment(deployment)
-        directory = _state_dir_checked(dep.key)
+        directory = checked_state_dir(dep.key)
         with TargetLock(directory):
             note = do_recover(dep, Journal(directory), directory / "logs", _say(""))
-    except (DeploymentError, Busy, LaunchError) as e:
+    except AdvisorError as e:
         raise fail(str(e)) from None
     out.print(note or "nothing to recover: the last experiment on this target finished cleanly", markup=False,
               highlight=False)

@@ -103,7 +103,7 @@ def evaluate_rule(rule: Rule, ctx: Context) -> Finding | NotEvaluated | None:
             id=spec.id, rule_id=rule.id, title=spec.title, stage=spec.stage, mechanism=spec.mechanism,
             readout=spec.readout, score=0.0, strength=strength,
             reason="" if strength is not None else f"evidence missing ({v.missing})",
-            look_at=spec.look_at, directions=spec.directions, evidence=ev))
+            look_at=spec.look_at, directions=spec.directions, direction=spec.direction, evidence=ev))
     return Finding(rule_id=rule.id, name=rule.name, symptom=rule.symptom, layer=rule.layer,
                    map_row=rule.map_row, severity=level, severity_value=sev_value,
                    evidence=out.evidence, checks=checks)

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from advisor.experiments.result import CheckSkip, CheckVerdict
 from probes import EngineInfo
 
 Severity = Literal["none", "low", "moderate", "severe", "critical"]
@@ -42,8 +43,11 @@ class Check(BaseModel):
     already: str | None = Field(default=None, description="the mechanism is already in its candidate state")
     look_at: str
     directions: list[str]
+    direction: Literal["up", "down", "on", "off"] | None = Field(
+        default=None, description="which way the check moves its mechanism; the experiment's candidate follows it")
     evidence: list[Evidence] = []
-    verdict: dict | None = Field(default=None, description="an experiment's result, when one was run")
+    verdict: CheckVerdict | CheckSkip | None = Field(
+        default=None, description="an experiment's verdict summary, or why the check was not tested (skipped)")
 
 
 class Finding(BaseModel):

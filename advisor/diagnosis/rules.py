@@ -18,7 +18,7 @@ from advisor.diagnosis.model import SEVERITY_ORDER
 from advisor.diagnosis.slo import SLO
 from advisor.errors import AdvisorError
 from advisor.inputs import InputModel, field_error, load_yaml, unknown_key, validate
-from advisor.knobs import KNOBS
+from advisor.knobs import DIRECTIONS, KNOBS
 from advisor.resources import data_dir, read_yaml
 from probes import signal_defs
 
@@ -52,6 +52,7 @@ class CheckSpec:
     directions: list[str]
     mechanism: str
     readout: str
+    direction: str = "up"  # what the check prescribes for its mechanism: up, down, on or off
 
 
 @dataclass
@@ -137,11 +138,22 @@ def _check(raw: Any, where: str, params: dict, slos: set[str]) -> CheckSpec:
     if lo == hi:
         raise RuleSyntaxError(f"{where}.strength: low and high must differ")
     directions = _need(raw, "directions", where, list)
+    if "direction" not in raw:
+        raise RuleSyntaxError(f"{where}: missing required field 'direction' ({', '.join(DIRECTIONS)}: "
+                              f"which way the check moves {mech})")
+    direction = raw["direction"]
+    if isinstance(direction, bool):  # YAML 1.1 reads a bare on/off as true/false
+        direction = "on" if direction else "off"
+    if direction not in DIRECTIONS:
+        raise RuleSyntaxError(f"{where}.direction: unknown direction {direction!r} (known: {', '.join(DIRECTIONS)})")
+    if direction not in KNOBS[mech].candidate.directions:
+        raise RuleSyntaxError(f"{where}.direction: {mech} cannot go {direction!r} "
+                              f"(the knob catalog has: {', '.join(KNOBS[mech].candidate.directions)})")
     return CheckSpec(
         id=_need(raw, "id", where), title=_need(raw, "title", where), stage=stage,
         evidence=parse_expr(_need(raw, "evidence", where, (dict, int, float)), f"{where}.evidence", params, slos),
         strength=(float(lo), float(hi)), look_at=_need(raw, "look_at", where),
-        directions=[str(d) for d in directions], mechanism=mech, readout=readout)
+        directions=[str(d) for d in directions], mechanism=mech, readout=readout, direction=direction)
 
 
 DOC_FIELDS = ("detects", "evidence", "change", "references")

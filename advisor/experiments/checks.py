@@ -27,13 +27,12 @@ def _replay_workload(diag: Diagnosis, say):
 
 def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
     """Runs the experiments of the top n checks that can be tested here (not held back, not already
-    in the candidate state, supported by the engine); the others get the reason in `verdict`."""
-    import typer
-
-    from advisor.cli.experiment import run_experiment
-    from advisor.experiments.runner import KeyboardInterruptWithResult
-    from advisor.experiments.setup import DesignError, design
-    from advisor.knobs import KnobError
+    in the candidate state, supported by the engine); the others get the reason in `verdict`.
+    An interrupt ends the loop after that experiment's restore; its result so far is kept."""
+    from advisor.errors import AdvisorError
+    from advisor.experiments import session
+    from advisor.experiments.result import CheckSkip, CheckVerdict
+    from advisor.experiments.setup import design
 
     workload = _replay_workload(diag, say)
     done = 0
@@ -41,26 +40,24 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
         if done >= n:
             break
         if check.held_back or check.already:
-            check.verdict = {"skipped": "held back" if check.held_back else "already in the candidate state"}
+            check.verdict = CheckSkip(skipped="held back" if check.held_back else "already in the candidate state")
             continue
         try:
-            design(dep, check.mechanism, None, None, readout_signal=check.readout)
-        except (DesignError, KnobError) as e:
-            check.verdict = {"skipped": str(e)}
+            d = design(dep, check.mechanism, None, workload, blocks=BLOCKS_PER_ARM, block_requests=BLOCK_REQUESTS,
+                       concurrency=None, readout_signal=check.readout)
+        except AdvisorError as e:
+            check.verdict = CheckSkip(skipped=str(e))
             continue
         say(f"experiment for check #{check.rank} {check.rule_id}/{check.id}: {check.mechanism}")
         try:
-            result = run_experiment(dep, check.mechanism, None, workload, blocks=BLOCKS_PER_ARM, block_requests=BLOCK_REQUESTS,
-                                    concurrency=None, readout_signal=check.readout, dry_run=False, save=True)
-        except KeyboardInterruptWithResult as e:
-            result = e.result
-        except typer.Exit:
-            check.verdict = {"skipped": "the experiment could not start (see the error above)"}
+            result = session.run(d, save=True, say=say)
+        except session.KeyboardInterruptWithResult as e:  # baseline restored: keep what it found, stop here
+            check.verdict = CheckVerdict.of(e.result)
+            say("interrupted: no further experiments")
+            return
+        except AdvisorError as e:
+            say(f"check #{check.rank}: the experiment could not start: {e}")
+            check.verdict = CheckSkip(skipped=f"the experiment could not start: {e}")
             continue
-        check.verdict = {"verdict": result.verdict, "primary_metric": result.primary_metric,
-                         "ratio": result.ratio, "ci": list(result.ci) if result.ci else None,
-                         "value": result.value, "experiment": result.id, "status": result.status,
-                         "fails_means": result.fails_means, "workload": result.manifest.get("workload", {}).get("source"),
-                         "baseline_restored": result.baseline_restored, "manifest": result.manifest,
-                         "metrics": [m.model_dump(mode="json") for m in result.metrics]}
+        check.verdict = CheckVerdict.of(result)
         done += 1

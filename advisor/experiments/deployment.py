@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from advisor.errors import AdvisorError
 from advisor.inputs import InputModel, load_model
@@ -65,6 +65,30 @@ class EndpointsSpec(_Strict):
     health_path: str = "/health"
 
 
+class GuardrailsSpec(_Strict):
+    """Per-deployment experiment guardrails; the command line's --max-duration, --max-requests and
+    --max-error-rate override each."""
+
+    max_duration: float | None = Field(default=None, description="abort past this long: 30m, 1h, or seconds")
+    max_requests: int | None = Field(default=None, ge=1, description="abort before a block would pass this many requests")
+    max_error_rate: float | None = Field(default=None, ge=0, le=1, description="abort a block above this share of failed requests")
+
+    @field_validator("max_duration", mode="before")
+    @classmethod
+    def _duration(cls, v):
+        if isinstance(v, str):
+            from advisor.units import parse_duration
+
+            return parse_duration(v)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0:
+            raise ValueError(f"must be above 0, got {v}")
+        return v
+
+    @property
+    def max_duration_s(self) -> float | None:
+        return self.max_duration
+
+
 class Deployment(_Strict):
     name: str
     engine: Literal["vllm", "sglang", "tgi", "llamacpp"]
@@ -73,6 +97,7 @@ class Deployment(_Strict):
     local: LocalSpec | None = None
     endpoints: EndpointsSpec | None = None
     prometheus: str | None = Field(default=None, description="Prometheus that scrapes the target, if any")
+    guardrails: GuardrailsSpec | None = Field(default=None, description="experiment guardrails for this target")
 
     @model_validator(mode="after")
     def _launcher_section(self):

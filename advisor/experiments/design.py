@@ -4,23 +4,24 @@ readouts. Everything is validated here, before anything starts; --dry-run prints
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+import zlib
+from datetime import datetime, timedelta, timezone
 
 from advisor.experiments.deployment import Deployment
+from advisor.experiments.readouts import HIGHER_IS_BETTER  # noqa: F401  (re-exported)
 from advisor.workload.plan import PlannedRequest, plan
 from advisor.workload.spec import Workload
 
-# Client-side readouts: (metric, statistic, lower is better).
-SECONDARY = [("ttft", "p50"), ("ttft", "p95"), ("tpot", "p50"), ("e2e", "p50"), ("e2e", "p99")]
-# Probe signals named by diagnosis checks, as client-side readouts.
+# Probe signals named by diagnosis checks (and --readout), as readouts of the one vocabulary
+# (advisor/experiments/readouts.py) that the knob catalog uses too. The secondary readouts are the
+# knob's own catalog list (setup.design).
 SIGNAL_READOUT = {
     "ttft_p95": ("ttft", "p95"), "ttft_p50": ("ttft", "p50"), "ttft_p99": ("ttft", "p99"),
     "tpot_p95": ("tpot", "p95"), "tpot_p50": ("tpot", "p50"), "itl_p95": ("itl", "p95"),
     "e2e_p99": ("e2e", "p99"), "e2e_p95": ("e2e", "p95"), "e2e_p50": ("e2e", "p50"),
-    "generation_tokens_per_s": ("output_tokens_per_s", "mean"), "request_rate": ("throughput_rps", "mean"),
-    "error_rate": ("error_rate", "mean"), "admission_rejections_per_s": ("error_rate", "mean"),
+    "generation_tokens_per_s": ("output_tokens", "per_s"), "request_rate": ("throughput", "per_s"),
+    "error_rate": ("errors", "ratio"), "admission_rejections_per_s": ("errors", "ratio"),
 }
-HIGHER_IS_BETTER = {"output_tokens_per_s", "throughput_rps", "goodput_rps"}
 
 
 @dataclass
@@ -50,6 +51,8 @@ class Design:
     guardrails: Guardrails = field(default_factory=Guardrails)
     numerics: bool = False
     fails_means: str = ""
+    direction: str | None = None   # what the check prescribed (None: a given value or the knob's default)
+    seed_pinned: bool = False      # the workload's seed was given (file or caller), not drawn fresh
 
     def describe(self) -> list[str]:
         w = self.workload
@@ -59,11 +62,15 @@ class Design:
         return [
             f"experiment {self.id} on {self.deployment.name} ({self.deployment.engine}, {self.deployment.launcher} launcher"
             + (f", {self.deployment.local.arms} arms" if self.deployment.local else "") + ")",
-            f"mechanism {self.mechanism} -> {self.value!r}; primary readout {self.primary[0]} {self.primary[1]}",
+            f"mechanism {self.mechanism} -> {self.value!r}"
+            + (f" (direction {self.direction}, from the baseline's current value)" if self.direction else "")
+            + f"; primary readout {self.primary[0]} {self.primary[1]}",
+            "secondary readouts (Holm): " + (", ".join(f"{m} {st}" for m, st in self.secondary) or "none"),
             f"baseline argv: {' '.join(self.baseline_args) or '(none)'}",
             f"candidate argv: {' '.join(self.candidate_args) or '(none)'}"
             + (f"  env {self.candidate_env}" if self.candidate_env else ""),
-            f"workload {w.name} ({w.source}): {len(self.requests)} requests per block, {shape}, seed {w.seed}",
+            f"workload {w.name} ({w.source}): {len(self.requests)} requests per block, {shape}, seed {w.seed}"
+            + (" (pinned by the workload)" if self.seed_pinned else " (fresh for this experiment)"),
             f"blocks: {order} ({self.blocks_per_arm} per arm), warmup {self.warmup_requests} requests per arm",
             f"guardrails: at most {self.guardrails.max_duration_s:.0f}s and {self.guardrails.max_requests} requests; "
             f"abort above {self.guardrails.max_error_rate:.0%} errors or when the candidate is unhealthy",
@@ -80,8 +87,31 @@ def block_order(blocks_per_arm: int) -> list[tuple[str, int]]:
     return order
 
 
+_LAST_ID: list[datetime] = []
+
+
 def new_id() -> str:
-    return datetime.now(timezone.utc).strftime("exp-%Y%m%d-%H%M%S")
+    """exp-YYYYmmdd-HHMMSS (UTC); never the same twice in one process (a second design within the
+    same second takes the next second), so that each experiment's fresh seed differs."""
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    if _LAST_ID and now <= _LAST_ID[0]:
+        now = _LAST_ID[0] + timedelta(seconds=1)
+    _LAST_ID[:] = [now]
+    return now.strftime("exp-%Y%m%d-%H%M%S")
+
+
+def fresh_seed(experiment_id: str) -> int:
+    """The workload seed of an experiment that does not pin one: derived from its id, so that each
+    experiment draws prompts no engine has seen (a warm prefix cache would favour the arm that has)."""
+    return zlib.crc32(f"seed:{experiment_id}".encode()) & 0x7FFFFFFF
+
+
+def with_seed(workload: Workload, seed: int, pinned: bool) -> Workload:
+    """The workload with `seed`, unless the workload pins its own (a seed written in its file) and
+    the caller did not pin one."""
+    if not pinned and "seed" in workload.model_fields_set:
+        return workload
+    return workload.model_copy(update={"seed": seed})
 
 
 def default_workload(mechanism: str, requests: int, concurrency: int, seed: int) -> Workload:

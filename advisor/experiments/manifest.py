@@ -20,7 +20,7 @@ def experiment_manifest(d: Design, r: ExperimentResult) -> dict:
                        "arms": d.deployment.local.arms if d.deployment.local else "endpoints"},
         "engine_version": manifest.engine_version(url),
         "hardware": manifest.machine(),
-        "mechanism": d.mechanism, "value": repr(d.value),
+        "mechanism": d.mechanism, "value": repr(d.value), "direction": getattr(d, "direction", None),
         "baseline_argv": d.baseline_args, "candidate_argv": d.candidate_args, "candidate_env": d.candidate_env,
         "workload": {"name": w.name, "source": w.source, "buckets": [b.model_dump() for b in w.buckets],
                      "prefix": w.prefix.model_dump() if w.prefix else None, "arrival": w.arrival.model_dump(),
@@ -35,5 +35,7 @@ def experiment_manifest(d: Design, r: ExperimentResult) -> dict:
         "metric_definitions": DEFINITIONS,
         "judgement": "block is the unit of replication; see each metric's method; equivalence margin 5%; "
                      "Holm across secondary metrics",
-        "seeds": {"workload": w.seed},
+        # A fresh seed per experiment (from its id) unless the workload pins one: prompts no engine has seen.
+        "seeds": {"workload": w.seed, "workload_seed": "pinned by the workload" if getattr(d, "seed_pinned", False)
+                  else "fresh for this experiment"},
     }

@@ -3,9 +3,36 @@ metric's result, the quality guard where numerics change, and the manifest."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Callable, Literal
 
-from advisor.experiments.stats import MetricResult
+from pydantic import BaseModel, Field, PrivateAttr
+
+Verdict = Literal["improved", "regressed", "no change", "inconclusive"]
+Statistic = Literal["p50", "p95", "p99", "mean", "per_s", "ratio"]
+
+
+class MetricResult(BaseModel):
+    """One metric's comparison: the ratio candidate/baseline of a statistic, its CI and verdict."""
+
+    metric: str
+    statistic: Statistic
+    lower_is_better: bool
+    baseline_value: float | None = Field(description="the statistic over the baseline's pooled samples")
+    candidate_value: float | None = Field(description="the statistic over the candidate's pooled samples")
+    ratio: float | None = Field(description="estimate of candidate/baseline (exp of the HL shift for p50)")
+    ci: tuple[float, float] | None = Field(description="CI of the ratio at `level`")
+    level: float = Field(description="confidence level of `ci` (Holm-adjusted for secondaries)")
+    p_value: float | None = Field(description="two-sided p of 'ratio = 1'")
+    adjusted_p: float | None = Field(description="Holm-adjusted p (= p_value for a primary)")
+    verdict: Verdict
+    method: str
+    n_blocks: tuple[int, int] = Field(description="(baseline, candidate)")
+    n_samples: tuple[int, int] = Field(description="(baseline, candidate)")
+    margin: float
+    reason: str
+
+    # How to recompute the CI at another level (the data stay out of the serialised model).
+    _ci_at: Callable[[float], tuple[float, float] | None] | None = PrivateAttr(default=None)
 
 
 class BlockRecord(BaseModel):
@@ -17,7 +44,8 @@ class BlockRecord(BaseModel):
     ttft_p50: float | None
     tpot_p50: float | None
     e2e_p95: float | None
-    generator_valid: bool
+    generator_valid: bool = Field(description="the load generator held its plan: only valid blocks are judged")
+    why_invalid: str | None = None
     run_id: int | None = None
 
 
@@ -38,6 +66,8 @@ class ExperimentResult(BaseModel):
     primary_metric: str
     ratio: float | None
     ci: tuple[float, float] | None
+    reason: str | None = Field(default=None, description="why this verdict: the primary's reason, or why it "
+                               "could not be judged (aborted, too many invalid blocks)")
     metrics: list[MetricResult] = []
     blocks: list[BlockRecord] = []
     quality: QualityGuard | None = None
@@ -46,3 +76,37 @@ class ExperimentResult(BaseModel):
     restore_note: str | None = None
     fails_means: str | None = None
     manifest: dict = {}
+
+
+class CheckVerdict(BaseModel):
+    """What a diagnosis check carries when its experiment ran: the verdict's summary."""
+
+    verdict: Verdict
+    primary_metric: str
+    ratio: float | None
+    ci: tuple[float, float] | None
+    value: str
+    experiment: str
+    status: str
+    reason: str | None = None
+    fails_means: str | None = None
+    workload: str | None = None
+    baseline_restored: bool | None = None
+    manifest: dict = {}
+    metrics: list[MetricResult] = []
+
+    @classmethod
+    def of(cls, r: ExperimentResult) -> CheckVerdict:
+        return cls(verdict=r.verdict, primary_metric=r.primary_metric, ratio=r.ratio, ci=r.ci, value=r.value,
+                   experiment=r.id, status=r.status, reason=r.reason, fails_means=r.fails_means,
+                   workload=(r.manifest.get("workload") or {}).get("source"), baseline_restored=r.baseline_restored,
+                   manifest=r.manifest, metrics=r.metrics)
+
+
+class CheckSkip(BaseModel):
+    """What a diagnosis check carries when its experiment did not run, and why."""
+
+    skipped: str
+
+
+CheckOutcome = CheckVerdict | CheckSkip

@@ -1,5 +1,13 @@
 """Runs a Design against the real deployment: warmup, interleaved blocks on the same request set,
-guardrails, the journal, and the baseline restored and verified whatever happens."""
+guardrails, the journal, and the baseline restored and verified whatever happens.
+
+Invalid blocks: a block whose load generator could not hold its plan (advisor/loadgen/metrics.py:
+it fell behind its schedule) measured a different load than the other blocks, so it is not judged;
+it stays in the result's blocks, marked. When an arm keeps fewer than MIN_VALID_BLOCKS valid blocks,
+or fewer than half of the blocks it ran, the verdict is "inconclusive" with the reason: the valid
+blocks left would be too few for a rank test, or a selection (the blocks where the generator kept
+up) rather than a sample of the arm.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +18,8 @@ from collections.abc import Callable
 
 from advisor import interrupts
 from advisor.errors import AdvisorError
-from advisor.experiments import quality, stats
-from advisor.experiments.design import HIGHER_IS_BETTER, Design
+from advisor.experiments import quality, readouts, stats
+from advisor.experiments.design import Design
 from advisor.experiments.journal import Journal
 from advisor.experiments.launchers import Launcher, LaunchError
 from advisor.experiments.result import BlockRecord, ExperimentResult
@@ -22,6 +30,7 @@ from advisor.loadgen.runner import Target, run
 from advisor.workload.prompts import PromptSizer, PromptSizingError
 
 BLOCK_STRIDE = 1_000_000  # request indices per block: every block's prompts are its own
+MIN_VALID_BLOCKS = stats.MIN_BLOCKS  # per arm, with a valid load generator, to judge at all
 
 
 class Aborted(Exception):
@@ -59,27 +68,36 @@ class Prompts:
         return self._sizer.prompts_for(reqs, self.design.workload)
 
 
-def metric_values(records: list[RequestRecord], metric: str) -> list[float]:
-    ok = [r for r in records if r.status == "ok"]
-    if metric == "ttft":
-        return [r.ttft for r in records if r.status in ("ok", "cancelled") and r.ttft is not None]
-    if metric == "itl":
-        return [g for r in ok for g in r.itls]
-    return [v for v in (getattr(r, metric) for r in ok) if v is not None]
-
-
-def judge(design: Design, by_block: dict[tuple[str, int], list[RequestRecord]]) -> list[stats.MetricResult]:
-    def blocks(arm: str, metric: str) -> list[list[float]]:
-        return [metric_values(recs, metric) for (a, _), recs in sorted(by_block.items()) if a == arm]
+def judge(design: Design, by_block: dict[tuple[str, int], list[RequestRecord]], slo=None) -> list[stats.MetricResult]:
+    """The primary readout at alpha and the secondaries with Holm, each from the blocks given (the
+    valid ones): per-request samples per block, or one value per block for a block readout."""
+    def blocks(arm: str, metric: str, statistic: str) -> list[list[float | None]]:
+        return [readouts.block_samples(recs, metric, statistic, slo)
+                for (a, _), recs in sorted(by_block.items()) if a == arm]
 
     def one(metric: str, statistic: str) -> stats.MetricResult:
-        return stats.compare(f"{metric}", blocks("baseline", metric), blocks("candidate", metric),
-                             statistic=statistic, lower_is_better=metric not in HIGHER_IS_BETTER,
+        return stats.compare(f"{metric}", blocks("baseline", metric, statistic),
+                             blocks("candidate", metric, statistic), statistic=statistic,
+                             lower_is_better=readouts.lower_is_better(metric),
                              seed=zlib.crc32(f"{metric}{statistic}".encode()) & 0xFFFF)
 
     primary = one(*design.primary)
-    secondary = [one(m, s) for m, s in design.secondary if (m, s) != design.primary]
+    secondary = [one(m, s) for m, s in design.secondary if (m, s) != tuple(design.primary)]
     return stats.judge(primary, secondary)
+
+
+def too_few_valid(blocks: list[BlockRecord]) -> str | None:
+    """Why the blocks cannot be judged (see the module docstring), or None."""
+    problems = []
+    for arm in ("baseline", "candidate"):
+        ran = [b for b in blocks if b.arm == arm]
+        bad = [b for b in ran if not b.generator_valid]
+        need = max(MIN_VALID_BLOCKS, -(-len(ran) // 2))
+        if ran and len(ran) - len(bad) < need:
+            why = "; ".join(sorted({b.why_invalid for b in bad if b.why_invalid})) or "the generator fell behind"
+            problems.append(f"{len(bad)} of {len(ran)} {arm} blocks had an invalid load generator ({why}); "
+                            f"at least {need} valid blocks per arm are needed")
+    return "; ".join(problems) or None
 
 
 def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[[str], None],
@@ -148,7 +166,8 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
             s = summary.overall
             blocks.append(BlockRecord(arm=arm, block=b, requests=s.requests, ok=s.ok, errors=s.errors,
                                       ttft_p50=s.ttft.p50, tpot_p50=s.tpot.p50, e2e_p95=s.e2e.p95,
-                                      generator_valid=summary.generator.valid, run_id=run_id))
+                                      generator_valid=summary.generator.valid,
+                                      why_invalid=summary.generator.why_invalid, run_id=run_id))
             journal.write(exp, "block", arm=arm, block=b, ok=s.ok, errors=s.errors)
             say(f"{arm} block {b + 1}: {s.ok}/{s.requests} ok, TTFT p50 {1000 * (s.ttft.p50 or 0):.0f} ms")
             if r.aborted:
@@ -171,14 +190,19 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     if not_started is not None and not signalled:
         raise NotStarted(not_started if restored else f"{not_started}; {note}")
     interrupted = interrupted or signalled  # a signal deferred by the restore's shield
-    metrics = judge(design, by_block) if by_block else []
+    valid = {(b.arm, b.block) for b in blocks if b.generator_valid}
+    judged = {k: v for k, v in by_block.items() if k in valid}
+    metrics = judge(design, judged) if by_block else []
     primary = metrics[0] if metrics else None
-    verdict = primary.verdict if primary and not aborted else "inconclusive"
+    invalid = too_few_valid(blocks) if not aborted else None
+    verdict = primary.verdict if primary and not aborted and not invalid else "inconclusive"
+    reason = (f"aborted: {aborted}" if aborted else invalid or (primary.reason if primary else None))
     result = ExperimentResult(
         id=exp, deployment=design.deployment.name, mechanism=design.mechanism, value=repr(design.value),
         status="aborted" if aborted else "finished", verdict=verdict,
         primary_metric=f"{design.primary[0]} {design.primary[1]}",
-        ratio=primary.ratio if primary else None, ci=primary.ci if primary else None, metrics=metrics,
+        ratio=primary.ratio if primary else None, ci=primary.ci if primary else None, reason=reason,
+        metrics=metrics,
         blocks=blocks, aborted=aborted, baseline_restored=restored, restore_note=note,
         fails_means=design.fails_means,
         quality=quality.compare(outputs["baseline"], outputs["candidate"]) if len(outputs) == 2 else None)

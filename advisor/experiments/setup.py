@@ -9,14 +9,16 @@ from advisor import knobs
 from advisor.errors import AdvisorError
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.design import (
-    SECONDARY,
     SIGNAL_READOUT,
     Design,
     Guardrails,
     block_order,
     default_workload,
+    fresh_seed,
     new_id,
+    with_seed,
 )
+from advisor.experiments.engine_state import EngineState, observe
 from advisor.experiments.journal import Journal
 from advisor.experiments.launchers import EndpointsLauncher, LocalLauncher
 from advisor.workload.plan import plan
@@ -37,17 +39,35 @@ def parse_value(text: str | None):
         return text
 
 
-def default_value(mechanism: str, engine: str, base_args: list[str]):
-    """The usual candidate when none is given: flip a switch, double a limit."""
-    current = knobs.current_value(base_args, mechanism, engine)
-    flips = {"prefix_caching": True, "chunked_prefill": True, "enforce_eager": True}
-    if mechanism in flips:
-        return not current if isinstance(current, bool) else flips[mechanism]
-    if mechanism == "max_num_seqs" and current:
-        return int(current) * 4
-    if mechanism == "kv_cache_dtype":
-        return "fp8"
-    raise DesignError(f"{mechanism}: give --value (no default candidate for this mechanism)")
+def default_value(mechanism: str, engine: str, base_args: list[str], direction: str | None = None,
+                  state: EngineState | None = None, argv_known: bool = True):
+    """The candidate when none is given: from the baseline's effective value (its argv, else what
+    the engine reveals, else the catalog's default for its version) in the direction the check
+    prescribes (None: the catalog's default direction for the knob). DesignError when there is no
+    automatic candidate (the catalog's reason) or when it is what the baseline already runs."""
+    state = state or EngineState()
+    current = knobs.effective_value(base_args, mechanism, engine, state.config, state.version, argv_known)
+    try:
+        value = knobs.default_candidate(mechanism, direction, current)
+    except knobs.KnobError as e:
+        raise DesignError(str(e)) from None
+    _refuse_same(mechanism, value, current)
+    return value
+
+
+def _refuse_same(mechanism: str, value, current) -> None:
+    """A candidate whose effective value is the baseline's would be an A/A run labelled as a test."""
+    from advisor.knobs.candidates import shown
+
+    if not current.known:
+        return
+    knob = knobs.KNOBS[mechanism]
+    try:
+        same = knobs.validate(mechanism, value) == current.value
+    except knobs.KnobError:
+        return
+    if same:
+        raise DesignError(f"{mechanism} is already {shown(knob, current.value)} {current.where}: nothing to test")
 
 
 def readout(mechanism: str, override: str | None) -> tuple[str, str]:
@@ -62,6 +82,31 @@ def readout(mechanism: str, override: str | None) -> tuple[str, str]:
     return ("ttft", "p95")
 
 
+def secondary_readouts(knob, primary: tuple[str, str]) -> list[tuple[str, str]]:
+    """The knob's own catalog readouts besides the primary (its catalog primary too, when --readout
+    or a check chose another one), in catalog order, without repeats."""
+    out: list[tuple[str, str]] = []
+    for r in ((knob.primary,) if knob.primary else ()) + tuple(knob.secondary):
+        pair = (r.metric, r.statistic)
+        if pair != tuple(primary) and pair not in out:
+            out.append(pair)
+    return out
+
+
+def effective_guardrails(dep: Deployment, *, max_duration_s: float | None = None, max_requests: int | None = None,
+                         max_error_rate: float | None = None) -> Guardrails:
+    """Each guardrail from the command line, else from the deployment's `guardrails:` section, else
+    the default."""
+    spec = getattr(dep, "guardrails", None)
+    g = Guardrails()
+    for name, given in (("max_duration_s", max_duration_s), ("max_requests", max_requests),
+                        ("max_error_rate", max_error_rate)):
+        value = given if given is not None else (getattr(spec, name, None) if spec is not None else None)
+        if value is not None:
+            setattr(g, name, value)
+    return g
+
+
 def default_concurrency(mechanism: str, value: object) -> int:
     """8 in flight; for a batch-slot limit, as many as the candidate's slots, so that only the
     baseline queues and the difference is the queue the knob removes."""
@@ -72,31 +117,57 @@ def default_concurrency(mechanism: str, value: object) -> int:
 
 def design(dep: Deployment, mechanism: str, value_text: str | None, workload: Workload | None, *,
            blocks: int = 4, block_requests: int = 32, concurrency: int | None = None, warmup: int = 16,
-           readout_signal: str | None = None, seed: int = 0, guardrails: Guardrails | None = None) -> Design:
-    """Validates everything (knob, value, engine support) before anything starts."""
+           readout_signal: str | None = None, seed: int | None = None, guardrails: Guardrails | None = None,
+           direction: str | None = None, state: EngineState | None = None) -> Design:
+    """Validates everything (knob, value, engine support) before anything starts.
+
+    direction: what the check prescribes (up, down, on, off; None: the catalog's default direction
+    for the knob), used when no value is given. state: what the baseline engine reveals (version,
+    cache_config_info); None reads it from the deployment's baseline within a short deadline.
+    seed: the workload's prompts; None draws a fresh one per experiment (from its id) unless the
+    given workload pins one, so that no engine has seen the prompts before."""
     if mechanism not in knobs.KNOBS:
         raise DesignError(f"unknown mechanism {mechanism!r}; known: {', '.join(knobs.KNOBS)}")
     if blocks < 2:
         raise DesignError("at least 2 blocks per arm: the block is the unit of replication")
     base_args = list(dep.local.args) if dep.local else []
+    if not knobs.supported(mechanism, dep.engine):
+        raise DesignError(f"{mechanism} is not supported on {dep.engine}: "
+                          f"{knobs.KNOBS[mechanism].engine(dep.engine).reason}")
+    if direction is not None and direction not in knobs.DIRECTIONS:
+        raise DesignError(f"unknown direction {direction!r}; known: {', '.join(knobs.DIRECTIONS)}")
     value = parse_value(value_text)
+    if state is None and (value is None or (dep.launcher == "local"
+                                             and knobs.current_value(base_args, mechanism, dep.engine) is None)):
+        state = observe(dep)  # the engine's defaults decide what the baseline runs
+    local = dep.launcher == "local"
     if value is None:
-        value = default_value(mechanism, dep.engine, base_args)
+        value = default_value(mechanism, dep.engine, base_args, direction, state, argv_known=local)
+    else:
+        value = knobs.validate(mechanism, value)
+        state = state or EngineState()
+        _refuse_same(mechanism, value, knobs.effective_value(base_args, mechanism, dep.engine, state.config,
+                                                             state.version, argv_known=local))
     cand_args, cand_env = knobs.apply(base_args, mechanism, dep.engine, value)
     if dep.launcher == "local" and cand_args == base_args and not cand_env:
         raise DesignError(f"{mechanism}={value!r} is what the baseline already runs: nothing to compare")
     if concurrency is None:
         concurrency = default_concurrency(mechanism, value)
-    w = workload or default_workload(mechanism, block_requests, concurrency, seed)
+    exp_id = new_id()
+    w = with_seed(workload, fresh_seed(exp_id) if seed is None else seed, pinned=seed is not None) \
+        if workload is not None else default_workload(mechanism, block_requests, concurrency,
+                                                      fresh_seed(exp_id) if seed is None else seed)
     requests = plan(w)
     knob = knobs.KNOBS[mechanism]
     primary = readout(mechanism, readout_signal)
-    return Design(id=new_id(), deployment=dep, mechanism=mechanism, value=value, baseline_args=base_args,
+    return Design(id=exp_id, deployment=dep, mechanism=mechanism, value=value, baseline_args=base_args,
                   candidate_args=cand_args, candidate_env=cand_env, workload=w, requests=requests,
                   blocks_per_arm=blocks, order=block_order(blocks), warmup_requests=warmup, primary=primary,
-                  secondary=[m for m in SECONDARY if m != primary], guardrails=guardrails or Guardrails(),
+                  secondary=secondary_readouts(knob, primary), guardrails=guardrails or effective_guardrails(dep),
                   numerics=bool(getattr(knob, "changes_numerics", False)),
-                  fails_means=getattr(knob, "fails_means", "") or "")
+                  fails_means=getattr(knob, "fails_means", "") or "",
+                  direction=(direction or knob.candidate.default) if value_text is None else None,
+                  seed_pinned=seed is not None or (workload is not None and "seed" in workload.model_fields_set))
 
 
 def launcher_for(d: Design, journal: Journal, log_dir: Path):

@@ -73,14 +73,20 @@ import math
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import combinations
-from typing import Callable, Literal
+from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field
 from scipy import stats as _st
 
-Verdict = Literal["improved", "regressed", "no change", "inconclusive"]
-Statistic = Literal["p50", "p95", "p99", "mean"]
+# The result schema lives with ExperimentResult (no numpy there: the diagnosis model reads it).
+from advisor.experiments.result import MetricResult, Statistic, Verdict
+
+# Block readouts: one value per block (a rate over the block's own duration, a share of its
+# requests). Judged by the rank test on the block values: each block is one sample, which is what
+# the block as the unit of replication means.
+BLOCK_STATISTICS = ("per_s", "ratio")
+RANK_STATISTICS = ("p50", *BLOCK_STATISTICS)  # judged by Mann-Whitney / Hodges-Lehmann on blocks
 Boundary = Literal["obrien-fleming", "pocock"]
 
 MIN_BLOCKS = 2  # per arm, any method
@@ -90,30 +96,6 @@ MIN_TAIL_SAMPLES = 1  # per arm: samples expected beyond the percentile, n * (1 
 _QUANTILE = {"p50": 0.50, "p95": 0.95, "p99": 0.99}
 _EXACT_MAX_N = 60  # exact null distribution of U up to n1 + n2 blocks; normal beyond
 _LOG_CAP = 50.0  # CI bounds are clipped to exp(+-50): "unbounded" yet finite (and JSON-safe)
-
-
-class MetricResult(BaseModel):
-    """One metric's comparison: the ratio candidate/baseline of a statistic, its CI and verdict."""
-
-    metric: str
-    statistic: Statistic
-    lower_is_better: bool
-    baseline_value: float | None = Field(description="the statistic over the baseline's pooled samples")
-    candidate_value: float | None = Field(description="the statistic over the candidate's pooled samples")
-    ratio: float | None = Field(description="estimate of candidate/baseline (exp of the HL shift for p50)")
-    ci: tuple[float, float] | None = Field(description="CI of the ratio at `level`")
-    level: float = Field(description="confidence level of `ci` (Holm-adjusted for secondaries)")
-    p_value: float | None = Field(description="two-sided p of 'ratio = 1'")
-    adjusted_p: float | None = Field(description="Holm-adjusted p (= p_value for a primary)")
-    verdict: Verdict
-    method: str
-    n_blocks: tuple[int, int] = Field(description="(baseline, candidate)")
-    n_samples: tuple[int, int] = Field(description="(baseline, candidate)")
-    margin: float
-    reason: str
-
-    # How to recompute the CI at another level (the data stay out of the serialised model).
-    _ci_at: Callable[[float], tuple[float, float] | None] | None = PrivateAttr(default=None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,8 +114,9 @@ def compare(
     n_boot: int = 2000,
 ) -> MetricResult:
     """Compare one metric between the arms; see the module docstring for methods and verdicts."""
-    if statistic not in ("p50", "p95", "p99", "mean"):
-        raise ValueError(f"unknown statistic {statistic!r} (use p50, p95, p99 or mean)")
+    if statistic not in ("p50", "p95", "p99", "mean", *BLOCK_STATISTICS):
+        raise ValueError(f"unknown statistic {statistic!r} (use p50, p95, p99, mean, or per_s or ratio "
+                         "for one value per block)")
     if not 0 < margin < 1:
         raise ValueError(f"margin must lie in (0, 1), got {margin}")
     if not 0 < alpha < 1:
@@ -159,19 +142,22 @@ def compare(
         fields.update(values)
         return MetricResult(**base, **fields, verdict="inconclusive", reason=reason)
 
-    problem = _data_problem("baseline", baseline_blocks) or _data_problem("candidate", candidate_blocks)
+    per_block = statistic in BLOCK_STATISTICS
+    problem = (_data_problem("baseline", baseline_blocks, per_block)
+               or _data_problem("candidate", candidate_blocks, per_block))
     if problem:
         return inconclusive(problem)
     a_blocks = [np.asarray(b, dtype=float) for b in baseline_blocks]
     b_blocks = [np.asarray(b, dtype=float) for b in candidate_blocks]
     a_all, b_all = np.concatenate(a_blocks), np.concatenate(b_blocks)
-    a_val, b_val = _point(a_all, statistic), _point(b_all, statistic)
+    # a block readout's point value is the median over blocks (the ratio estimated is of medians)
+    a_val, b_val = _point(a_all, "p50" if per_block else statistic), _point(b_all, "p50" if per_block else statistic)
     values = dict(baseline_value=a_val, candidate_value=b_val)
     for arm, v in (("baseline", a_val), ("candidate", b_val)):
         if v <= 0:
             return inconclusive(f"the {arm} {statistic} is 0, so a ratio is undefined", **values)
 
-    if statistic == "p50":
+    if statistic in RANK_STATISTICS:
         est = _rank_estimate(a_blocks, b_blocks)
     else:
         est = _bootstrap_estimate(a_blocks, b_blocks, statistic, seed, n_boot)
@@ -190,6 +176,9 @@ def compare(
 
 
 def _method_text(statistic: str) -> str:
+    if statistic in BLOCK_STATISTICS:
+        return ("one value per block (over the block's own duration); Mann-Whitney U with Hodges-Lehmann "
+                "shift on the log block values: a ratio of medians with its exact distribution-free CI")
     if statistic == "p50":
         return ("Mann-Whitney U with Hodges-Lehmann shift on log block medians "
                 "(exact distribution-free CI; the block is the unit)")
@@ -198,7 +187,7 @@ def _method_text(statistic: str) -> str:
             "(k/(k-1) variance correction, Welch t)")
 
 
-def _data_problem(arm: str, blocks: Sequence[Sequence[float | None]]) -> str | None:
+def _data_problem(arm: str, blocks: Sequence[Sequence[float | None]], per_block: bool = False) -> str | None:
     if len(blocks) < MIN_BLOCKS:
         return (f"the {arm} has {len(blocks)} block(s); at least {MIN_BLOCKS} per arm are needed, "
                 "since the block is the unit of replication")
@@ -206,7 +195,9 @@ def _data_problem(arm: str, blocks: Sequence[Sequence[float | None]]) -> str | N
     empty = [i + 1 for i, b in enumerate(blocks) if len(b) == 0]
     if empty:
         return f"{arm} block(s) {empty} have no samples: missing data never passes"
-    if n < MIN_SAMPLES:
+    if per_block and any(len(b) != 1 for b in blocks):
+        raise ValueError("a block readout (per_s, ratio) takes exactly one value per block")
+    if not per_block and n < MIN_SAMPLES:
         return f"the {arm} has {n} samples; at least {MIN_SAMPLES} per arm are needed"
     bad = 0
     negative = 0
@@ -437,7 +428,7 @@ def _verdict(ratio: float, ci: tuple[float, float], level: float, margin: float,
 
 def min_blocks_per_arm(statistic: Statistic = "p50", alpha: float = 0.05) -> int:
     """Fewest blocks per arm with which `compare` can reach a verdict at level 1 - alpha."""
-    if statistic != "p50":
+    if statistic not in RANK_STATISTICS:
         return MIN_BLOCKS_BOOTSTRAP
     k = MIN_BLOCKS
     while _moses_c(k, k, alpha) is None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from advisor.knobs import candidates as _candidates
 from advisor.knobs import revealed as _revealed
 from advisor.knobs.loader import CatalogError, load_catalog
-from advisor.knobs.model import CLIENT_METRICS, ENGINES, EngineSpec, Knob, KnobError, Readout, Rendered, ValueSpec
+from advisor.knobs.model import CLIENT_METRICS, DIRECTIONS, ENGINES, EngineSpec, Knob, KnobError, Readout, Rendered, ValueSpec
 from advisor.knobs.render import Catalog
 from advisor.knobs.values import validate as _validate
 
@@ -48,13 +49,30 @@ def supported(mechanism: str, engine: str) -> bool:
     return _CATALOG.spec(mechanism, engine)[1].supported
 
 
+def effective_value(base_args: list[str], mechanism: str, engine: str, config: dict[str, str] | None = None,
+                    version: str | None = None, argv_known: bool = True) -> _candidates.Current:
+    """The baseline's effective value of the knob: its argv, else what the engine reveals (config),
+    else the catalog's default for this engine and version; with where that was read."""
+    return _candidates.effective(_CATALOG.knob(mechanism), engine, current_value(base_args, mechanism, engine),
+                                 config or {}, version, ENGINE_INFO, argv_known=argv_known)
+
+
+def default_candidate(mechanism: str, direction: str | None, current: _candidates.Current) -> Any:
+    """The automatic candidate in `direction` (None: the knob's default direction) from the current
+    value; KnobError naming why there is none (the catalog's reason, or an unknown current value)."""
+    knob = _CATALOG.knob(mechanism)
+    if knob.candidate.none:
+        raise KnobError(f"{mechanism}: no automatic candidate: {knob.candidate.none}")
+    return _candidates.candidate(knob, _candidates.direction_for(knob, direction), current)
+
+
 def already_candidate(mechanism: str, config: dict[str, str]) -> str | None:
     """A sentence when the revealed configuration shows the knob already in its candidate state."""
     return _revealed.already_candidate(KNOBS, mechanism, config)
 
 
 __all__ = [
-    "CLIENT_METRICS", "CatalogError", "ENGINES", "ENGINE_INFO", "EngineSpec", "KNOBS", "Knob", "KnobError",
-    "Readout", "Rendered", "ValueSpec", "already_candidate", "apply", "current_value", "render", "supported",
-    "validate",
+    "CLIENT_METRICS", "CatalogError", "DIRECTIONS", "ENGINES", "ENGINE_INFO", "EngineSpec", "KNOBS", "Knob", "KnobError",
+    "Readout", "Rendered", "ValueSpec", "already_candidate", "apply", "current_value", "default_candidate",
+    "effective_value", "render", "supported", "validate",
 ]

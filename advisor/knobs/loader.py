@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,12 @@ import yaml
 
 from advisor.errors import AdvisorError
 from advisor.knobs.model import (
+    CANDIDATE_RULES,
     CLIENT_METRICS,
+    DIRECTIONS,
     ENGINES,
+    CandidateSpec,
+    EngineDefault,
     EngineSpec,
     FieldSpec,
     Knob,
@@ -176,6 +181,68 @@ def _engine(name: str, raw: Any, where: str, knob_value: ValueSpec) -> EngineSpe
     return EngineSpec(kind="fields", fields=fields, **common)
 
 
+def _candidate(raw: Any, where: str, value: ValueSpec) -> CandidateSpec:
+    """candidate: {default: DIR, rules: {DIR: {times|divide|plus|value: x}}} or {none: reason, directions: [DIR]}."""
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{where}: expected a mapping with rules (an automatic candidate) or none (the reason)")
+    unknown = set(raw) - {"default", "rules", "none", "directions"}
+    if unknown:
+        raise CatalogError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    if ("rules" in raw) == ("none" in raw):
+        raise CatalogError(f"{where}: needs exactly one of rules (an automatic candidate) and none (why there is none)")
+    if "none" in raw:
+        reason = _need(raw, "none", where).strip()
+        allowed = raw.get("directions") or []
+        if not reason or not isinstance(allowed, list) or any(d not in DIRECTIONS for d in allowed):
+            raise CatalogError(f"{where}: none needs a reason and directions from {', '.join(DIRECTIONS)}")
+        return CandidateSpec(none=re.sub(r"\s+", " ", reason), allowed=tuple(allowed))
+    rules_raw = _need(raw, "rules", where, dict)
+    rules: dict[str, dict] = {}
+    for d, rule in rules_raw.items():
+        d = value_key(d) if isinstance(d, bool) else str(d)  # YAML reads on/off as true/false
+        d = {"true": "on", "false": "off"}.get(d, d)
+        if d not in DIRECTIONS:
+            raise CatalogError(f"{where}.rules: unknown direction {d!r} (known: {', '.join(DIRECTIONS)})")
+        if not isinstance(rule, dict) or len(rule) != 1 or next(iter(rule)) not in CANDIDATE_RULES:
+            raise CatalogError(f"{where}.rules.{d}: expected one of {', '.join(CANDIDATE_RULES)}")
+        op, x = next(iter(rule.items()))
+        if op != "value" and (isinstance(x, bool) or not isinstance(x, (int, float)) or value.type not in ("int", "float")
+                              or (x <= 0 if op != "plus" else x == 0)):
+            raise CatalogError(f"{where}.rules.{d}.{op}: a number (times, divide: positive; plus: not 0), "
+                               "on a numeric knob")
+        rules[d] = {op: x}
+    default = raw.get("default")
+    default = {True: "on", False: "off"}.get(default, default) if isinstance(default, bool) else default
+    if default not in rules:
+        raise CatalogError(f"{where}.default: one of the rules' directions ({', '.join(rules)}), not {default!r}")
+    return CandidateSpec(default=default, rules=rules)
+
+
+def _engine_defaults(raw: Any, where: str) -> dict[str, tuple[EngineDefault, ...]]:
+    """engine_defaults: {ENGINE: {value: v, since: "0.8.0", note: text} or a list of them}; no value: unknown."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or set(raw) - set(ENGINES):
+        raise CatalogError(f"{where}: expected a mapping of engines ({', '.join(ENGINES)})")
+    out = {}
+    for engine, entries in raw.items():
+        entries = entries if isinstance(entries, list) else [entries]
+        parsed = []
+        for i, e in enumerate(entries):
+            w = f"{where}.{engine}[{i}]"
+            if not isinstance(e, dict) or set(e) - {"value", "since", "note"}:
+                raise CatalogError(f"{w}: expected {{value, since, note}}")
+            if "value" not in e and not e.get("note"):
+                raise CatalogError(f"{w}: an unknown default needs a note saying how the engine picks it")
+            since = e.get("since")
+            if since is not None and not isinstance(since, str):
+                raise CatalogError(f"{w}.since: a version as text (quoted)")
+            parsed.append(EngineDefault(value=e.get("value"), since=since, note=str(e.get("note") or "").strip(),
+                                        known="value" in e))
+        out[engine] = tuple(parsed)
+    return out
+
+
 def _knob(name: str, raw: Any, signals: set[str] | None) -> Knob:
     where = f"catalog.yaml: knobs.{name}"
     if not isinstance(raw, dict):
@@ -204,11 +271,16 @@ def _knob(name: str, raw: Any, signals: set[str] | None) -> Knob:
         raise CatalogError(f"{where}.engines: needs exactly {', '.join(ENGINES)} "
                            f"(missing: {', '.join(missing) or '-'}; unknown: {', '.join(unknown) or '-'})")
     engines = {e: _engine(e, engines_raw[e], f"{where}.engines.{e}", value) for e in ENGINES}
+    if "candidate" not in raw:
+        raise CatalogError(f"{where}: missing required field 'candidate' (an automatic candidate, or why there is none)")
+    cand = _candidate(raw["candidate"], f"{where}.candidate", value)
+    defaults = _engine_defaults(raw.get("engine_defaults"), f"{where}.engine_defaults")
     candidate = revealed.get("candidate")
     return Knob(name=name, description=description, config_key=revealed.get("key"),
                 candidate_when=None if candidate is None else str(candidate), layer=str(raw.get("layer", "")),
                 map_row=raw.get("map_row"), value=value, primary=primary, secondary=secondary, watch=watch,
-                fails_means=fails, changes_numerics=numerics, engines=engines)
+                fails_means=fails, changes_numerics=numerics, engines=engines, candidate=cand,
+                engine_defaults=defaults)
 
 
 def _known_signals() -> set[str] | None:

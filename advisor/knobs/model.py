@@ -6,18 +6,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.errors import AdvisorError
+from advisor.experiments.readouts import VOCABULARY
 
 ENGINES = ("vllm", "sglang", "tgi", "llamacpp")
 
-# The load generator's client-side metrics (advisor.loadgen.metrics) and the statistics each offers.
-DIST_STATISTICS = ("mean", "p50", "p90", "p95", "p99")
-CLIENT_METRICS: dict[str, tuple[str, ...]] = {
-    "ttft": DIST_STATISTICS, "tpot": DIST_STATISTICS, "itl": DIST_STATISTICS, "e2e": DIST_STATISTICS,
-    "goodput": ("per_s",),        # requests per second that met every SLO
-    "throughput": ("per_s",),     # requests per second that completed
-    "output_tokens": ("per_s",),  # generated tokens per second
-    "errors": ("ratio",),         # errored / sent
-}
+# The client-side readouts and the statistics each offers: the experiments' one vocabulary
+# (advisor/experiments/readouts.py), so that the catalog names only what the judge measures.
+CLIENT_METRICS: dict[str, tuple[str, ...]] = VOCABULARY
+
+
+# The directions a ranked check may prescribe for its knob (rules/ADV*.yaml checks[].direction).
+DIRECTIONS = ("up", "down", "on", "off")
+# How a candidate follows from the current value in a direction (catalog.yaml candidate.rules).
+CANDIDATE_RULES = ("times", "divide", "plus", "value")
 
 
 class KnobError(AdvisorError, ValueError):
@@ -92,6 +93,30 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
+class CandidateSpec:
+    """How the automatic candidate follows from the baseline's current value and a check's direction,
+    or why there is none (none: the reason, shown when no --value is given)."""
+    default: str | None = None                                  # the direction without a check
+    rules: dict[str, dict[str, Any]] = field(default_factory=dict)  # direction -> {times|divide|plus|value: x}
+    none: str | None = None
+    allowed: tuple[str, ...] = ()                               # with none: directions a check may still name
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        return tuple(self.rules) or self.allowed
+
+
+@dataclass(frozen=True)
+class EngineDefault:
+    """The engine's own value for a knob when the argv does not set it, from `since` (a version) on;
+    value None with a note: the engine picks it itself (per device, per model) and the note says how."""
+    value: Any = None
+    since: str | None = None
+    note: str = ""
+    known: bool = True
+
+
+@dataclass(frozen=True)
 class Knob:
     name: str
     description: str
@@ -106,6 +131,8 @@ class Knob:
     fails_means: str = ""
     changes_numerics: bool = False
     engines: dict[str, EngineSpec] = field(default_factory=dict)
+    candidate: CandidateSpec = CandidateSpec()
+    engine_defaults: dict[str, tuple[EngineDefault, ...]] = field(default_factory=dict)
 
     def __hash__(self) -> int:  # a knob is its name (the engines table is a dict)
         return hash(self.name)

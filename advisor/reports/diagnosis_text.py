@@ -10,6 +10,7 @@ from rich.table import Table
 
 from advisor.diagnosis import Diagnosis
 from advisor.escape import markup as _e
+from advisor.experiments.result import CheckSkip, CheckVerdict
 
 COLOR = {"low": "cyan", "moderate": "yellow", "severe": "red", "critical": "bold red"}
 
@@ -36,23 +37,28 @@ def render(d: Diagnosis, console: Console) -> None:
         for c in d.checks:
             flags = (" [yellow](already on)[/]" if c.already else "") + (" [magenta](held back)[/]" if c.held_back else "")
             t.add_row(str(c.rank), f"{_e(c.title)}{flags}\n[dim]{_e(c.rule_id)}/{_e(c.id)}; look at {_e(c.look_at)}[/]",
-                      _e(c.mechanism), f"{c.score:.2f}", f"[dim]{_e(c.reason)}[/]")
+                      _e(c.mechanism) + (f" {_e(c.direction)}" if c.direction else ""), f"{c.score:.2f}",
+                      f"[dim]{_e(c.reason)}[/]")
         console.print(t)
         for c in d.checks:
-            if c.verdict and "verdict" in c.verdict:
+            if isinstance(c.verdict, CheckVerdict):
                 v = c.verdict
-                ci = _e(f"[{v['ci'][0]:.2f}, {v['ci'][1]:.2f}]") if v.get("ci") else "-"
-                ratio = f"{v['ratio']:.2f}" if v.get("ratio") is not None else "-"
-                console.print(f"\n[bold]Experiment for check #{c.rank}[/] ({_e(c.mechanism)} -> {_e(v['value'])}): "
-                              f"[bold]{_e(str(v['verdict']).upper())}[/] on {_e(v['primary_metric'])}, candidate/baseline {ratio}, "
-                              f"95% CI {ci}; {_e(v['status'])}, baseline restored: {_e(v['baseline_restored'])}  "
-                              f"[dim]{_e(v['experiment'])}[/]", highlight=False)
-                if v.get("workload"):
-                    console.print(f"  [dim]workload: {_e(v['workload'])}[/]", highlight=False)
-                if v["verdict"] in ("regressed", "no change") and v.get("fails_means"):
-                    console.print(f"  if it fails, it means: {_e(v['fails_means'])}", highlight=False)
-            elif c.verdict and "skipped" in c.verdict and c.rank <= 3:
-                console.print(f"[dim]check #{c.rank} not tested: {_e(c.verdict['skipped'])}[/]", highlight=False)
+                ci = _e(f"[{v.ci[0]:.2f}, {v.ci[1]:.2f}]") if v.ci else "-"
+                ratio = f"{v.ratio:.2f}" if v.ratio is not None else "-"
+                console.print(f"\n[bold]Experiment for check #{c.rank}[/] ({_e(c.mechanism)} -> {_e(v.value)}): "
+                              f"[bold]{_e(v.verdict.upper())}[/] on {_e(v.primary_metric)}, candidate/baseline {ratio}, "
+                              f"95% CI {ci}; {_e(v.status)}, baseline restored: {_e(v.baseline_restored)}  "
+                              f"[dim]{_e(v.experiment)}[/]", highlight=False)
+                if v.workload:
+                    console.print(f"  [dim]workload: {_e(v.workload)}[/]", highlight=False)
+                if v.verdict == "inconclusive" and v.reason:
+                    console.print(f"  [dim]why: {_e(v.reason)}[/]", highlight=False)
+                if v.verdict in ("regressed", "no change") and v.fails_means:
+                    console.print(f"  if it fails, it means: {_e(v.fails_means)}", highlight=False)
+            elif isinstance(c.verdict, CheckSkip):  # every skipped check, whatever its rank, with its reason
+                console.print(f"[dim]check #{c.rank} {_e(c.rule_id)}/{_e(c.id)} ({_e(c.mechanism)}"
+                              f"{' ' + _e(c.direction) if c.direction else ''}) not tested: {_e(c.verdict.skipped)}[/]",
+                              highlight=False)
     if d.not_evaluated:
         console.print("\n[dim]Not evaluated (a signal it needs is missing):[/]")
         for n in d.not_evaluated:

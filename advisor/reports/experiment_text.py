@@ -28,6 +28,8 @@ def render(r, console: Console) -> None:
     console.print(f"[bold]{_e(r.mechanism)} -> {_e(r.value)}[/] on {_e(r.deployment)}: "
                   f"[{COLOR.get(r.verdict, 'white')} bold]{_e(r.verdict.upper())}[/] on {_e(r.primary_metric)} "
                   f"(candidate/baseline {_ratio(r.ratio)}, 95% CI {ci})", highlight=False)
+    if r.verdict == "inconclusive" and r.reason and not r.aborted:
+        console.print(f"[yellow]why:[/] {_e(r.reason)}", highlight=False)
     if r.aborted:
         console.print(f"[red]aborted:[/] {_e(r.aborted)}  [dim](samples so far are kept)[/]", highlight=False)
     console.print(("[green]baseline restored:[/] " if r.baseline_restored else "[red bold]baseline NOT restored:[/] ")
@@ -52,7 +54,8 @@ def render(r, console: Console) -> None:
         b.add_column(c)
     for x in r.blocks:
         b.add_row(_e(x.arm), str(x.block + 1), str(x.requests), str(x.ok), str(x.errors), _fmt(x.ttft_p50),
-                  _fmt(x.tpot_p50), _fmt(x.e2e_p95), "valid" if x.generator_valid else "[red]behind[/]")
+                  _fmt(x.tpot_p50), _fmt(x.e2e_p95),
+                  "valid" if x.generator_valid else f"[red]behind, not judged[/] [dim]{_e(x.why_invalid or '')}[/]")
     console.print(b)
     m = r.manifest
     if m:

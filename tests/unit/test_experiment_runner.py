@@ -126,7 +126,7 @@ def test_default_concurrency_lets_only_the_baseline_queue_for_slot_limits(tmp_pa
 
 @pytest.mark.parametrize("args, message", [
     (["--mechanism", "warp_drive"], "unknown mechanism 'warp_drive'"),
-    (["--mechanism", "max_num_seqs", "--value", "2"], "nothing to compare"),
+    (["--mechanism", "max_num_seqs", "--value", "2"], "max_num_seqs is already 2 in the baseline's argv: nothing to test"),
     (["--mechanism", "max_num_seqs", "--value", "abc"], "max_num_seqs"),
     (["--mechanism", "max_num_seqs", "--value", "8", "--blocks", "1"], "greater than or equal to 2"),
     (["--mechanism", "quantization"], "give --value"),

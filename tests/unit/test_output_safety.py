@@ -20,7 +20,7 @@ from rich.console import Console
 
 from advisor import escape
 from advisor.diagnosis import SLO, diagnose, load_rules
-from advisor.experiments.result import BlockRecord, ExperimentResult, QualityGuard
+from advisor.experiments.result import BlockRecord, CheckSkip, CheckVerdict, ExperimentResult, QualityGuard
 from advisor.loadgen.metrics import Dist, Generator, Stats, Summary
 from advisor.reports import diagnosis_text, experiment_text, load_text, snapshot_text
 from advisor.reports.markdown import code
@@ -68,9 +68,10 @@ def hostile_diagnosis(s: str):
     d = diagnose(hostile_snapshot(s), load_rules(), SLO())
     d.findings[0].evidence[0].text = s
     d.findings[0].evidence[0].source = s
-    d.checks[0].verdict = {"verdict": "improved", "primary_metric": s, "ratio": 0.5, "ci": [0.4, 0.6], "value": s,
-                           "experiment": s, "status": s, "baseline_restored": True, "fails_means": s, "workload": s}
-    d.checks[1].verdict = {"skipped": s}
+    d.checks[0].verdict = CheckVerdict(verdict="improved", primary_metric=s, ratio=0.5, ci=(0.4, 0.6), value=s,
+                                       experiment=s, status=s, baseline_restored=True, fails_means=s, workload=s,
+                                       reason=s)
+    d.checks[1].verdict = CheckSkip(skipped=s)
     d.checks[2].reason = s
     return d
 

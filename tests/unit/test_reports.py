@@ -5,6 +5,7 @@ import io
 from rich.console import Console
 
 from advisor.diagnosis import SLO, diagnose, load_rules
+from advisor.experiments.result import CheckSkip, CheckVerdict
 from advisor.reports.diagnosis_text import render as render_text
 from advisor.reports.markdown import render as render_md
 from tests.unit.test_rules import snapshot_for
@@ -16,10 +17,36 @@ CASE = {"signals": {"ttft_p95": 2.0, "tpot_p95": 0.02, "queue_time_mean": 1.5, "
 def diagnosis(with_verdict: bool):
     d = diagnose(snapshot_for(CASE), load_rules(), SLO())
     if with_verdict:
-        d.checks[0].verdict = {"verdict": "improved", "primary_metric": "ttft p95", "ratio": 0.5, "ci": [0.4, 0.6],
-                               "value": "8", "experiment": "exp-1", "status": "finished", "baseline_restored": True,
-                               "fails_means": "x", "workload": "telemetry"}
+        d.checks[0].verdict = CheckVerdict(verdict="improved", primary_metric="ttft p95", ratio=0.5, ci=(0.4, 0.6),
+                                           value="8", experiment="exp-1", status="finished", baseline_restored=True,
+                                           fails_means="x", workload="telemetry")
     return d
+
+
+def test_check_verdict_is_typed_and_keeps_its_json_field_names():
+    from advisor.diagnosis.model import Diagnosis
+
+    d = diagnosis(True)
+    d.checks[1].verdict = CheckSkip(skipped="held back")
+    data = d.model_dump(mode="json")
+    checks = [c for f in data["findings"] for c in f["checks"]]
+    by_rank = {c["rank"]: c["verdict"] for c in checks}
+    assert by_rank[1]["verdict"] == "improved" and by_rank[1]["ci"] == [0.4, 0.6] and by_rank[1]["experiment"] == "exp-1"
+    assert by_rank[2] == {"skipped": "held back"}
+    back = Diagnosis.model_validate(data)
+    assert isinstance(back.checks[0].verdict, CheckVerdict) and isinstance(back.checks[1].verdict, CheckSkip)
+
+
+def test_an_inconclusive_verdict_says_why_in_text_and_markdown():
+    d = diagnosis(True)
+    d.checks[0].verdict = d.checks[0].verdict.model_copy(update={
+        "verdict": "inconclusive", "ratio": None, "ci": None,
+        "reason": "4 of 6 baseline blocks had an invalid load generator (lag); at least 3 valid blocks per arm are needed"})
+    buf = io.StringIO()
+    render_text(d, Console(file=buf, width=200))
+    assert "INCONCLUSIVE" in buf.getvalue() and "invalid load generator" in buf.getvalue()
+    md = render_md("diagnosis.md.j2", d=d)
+    assert "**inconclusive** on ttft p95 (4 of 6 baseline blocks had an invalid load generator" in md
 
 
 def test_markdown_has_symptom_checks_and_verdict():

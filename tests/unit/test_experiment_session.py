@@ -1,0 +1,81 @@
+"""The experiment use case below the command line: no typer under advisor/cli's siblings, errors as
+AdvisorError (one line at the command), guardrails from the command line over the deployment spec,
+and the diagnosis's checks given typed verdicts or typed skips."""
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from advisor.experiments.deployment import Deployment
+from advisor.experiments.setup import effective_guardrails
+from tests.support.cli import assert_one_line_error, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_no_typer_below_the_command_line():
+    for p in (ROOT / "advisor").rglob("*.py"):
+        if "cli" in p.relative_to(ROOT / "advisor").parts[:1]:
+            continue
+        assert not re.search(r"^\s*(import typer|from typer|import advisor\.cli|from advisor\.cli)", p.read_text(), re.M), p
+
+
+def _dep(tmp_path, **extra) -> Path:
+    spec = {"name": "d", "engine": "vllm", "model": "m", "launcher": "local",
+            "local": {"command": ["engine"], "args": ["--max-num-seqs", "2"], "port": 18999}, **extra}
+    p = tmp_path / "dep.yaml"
+    p.write_text(yaml.safe_dump(spec))
+    return p
+
+
+def test_guardrails_come_from_the_command_line_over_the_deployment_over_the_defaults():
+    dep = Deployment.model_validate({"name": "d", "engine": "vllm", "model": "m", "launcher": "local",
+                                     "local": {"command": ["e"], "port": 1},
+                                     "guardrails": {"max_duration": "10m", "max_error_rate": 0.1}})
+    g = effective_guardrails(dep)
+    assert (g.max_duration_s, g.max_requests, g.max_error_rate) == (600.0, 5000, 0.1)
+    g = effective_guardrails(dep, max_duration_s=30.0, max_requests=7)
+    assert (g.max_duration_s, g.max_requests, g.max_error_rate) == (30.0, 7, 0.1)
+
+
+def test_guardrails_in_the_dry_run(tmp_path):
+    dep = _dep(tmp_path, guardrails={"max_duration": "5m", "max_requests": 300})
+    r = run_cli("experiment", "--deployment", str(dep), "--mechanism", "max_num_seqs", "--value", "8",
+                "--dry-run", "--max-error-rate", "0.05", data_dir=tmp_path / "data")
+    assert r.code == 0, r.stderr
+    assert "guardrails: at most 300s and 300 requests; abort above 5% errors" in r.stdout
+    r = run_cli("experiment", "--deployment", str(dep), "--mechanism", "max_num_seqs", "--value", "8",
+                "--dry-run", "--max-duration", "30m", "--max-requests", "64", "-o", "json", data_dir=tmp_path / "data")
+    plan = json.loads(r.stdout)["plan"]
+    assert any("at most 1800s and 64 requests" in line for line in plan), plan
+    assert not (tmp_path / "data").exists()
+
+
+def test_bad_guardrails_are_one_line_before_anything_starts(tmp_path):
+    dep = _dep(tmp_path)
+    base = ("experiment", "--deployment", str(dep), "--mechanism", "max_num_seqs", "--value", "8")
+    assert_one_line_error(run_cli(*base, "--max-duration", "soon", data_dir=tmp_path / "data"),
+                          contains="--max-duration: not a duration")
+    assert_one_line_error(run_cli(*base, "--max-error-rate", "1.5", data_dir=tmp_path / "data"),
+                          contains="--max-error-rate")
+    bad = _dep(tmp_path, guardrails={"max_requests": 0})
+    assert_one_line_error(run_cli("experiment", "--deployment", str(bad), "--mechanism", "max_num_seqs",
+                                  data_dir=tmp_path / "data"), contains="guardrails.max_requests")
+    assert not (tmp_path / "data").exists()
+
+
+def test_checks_get_typed_skips_with_their_reason(tmp_path):
+    from advisor.experiments.checks import verify_top_checks
+    from advisor.experiments.deployment import load_deployment
+    from advisor.experiments.result import CheckSkip
+    from tests.unit.test_reports import diagnosis
+
+    d = diagnosis(False)
+    for c in d.checks:
+        c.held_back = True
+    said = []
+    verify_top_checks(d, load_deployment(_dep(tmp_path)), 3, said.append)
+    assert d.checks and all(isinstance(c.verdict, CheckSkip) and c.verdict.skipped == "held back" for c in d.checks)
+    assert not said
