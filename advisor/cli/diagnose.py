@@ -52,8 +52,8 @@ def diagnose(
 
     Exit codes: 0 healthy, 1 symptoms found, 2 could not diagnose (unreachable, no data, bad input).
     """
-    from advisor.diagnosis import load_overrides, load_rules, load_slo, per_replica_signals
     from advisor.diagnosis import diagnose as run_diagnosis
+    from advisor.diagnosis import load_overrides, load_rules, load_slo, per_replica_signals
     settings = get_settings()
     try:
         slo_spec = load_slo(slo or settings.slo_file)

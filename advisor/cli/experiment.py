@@ -29,7 +29,7 @@ def _recovered(note: str) -> None:
 def experiment(
     deployment: Deployment,
     mechanism: Annotated[str, typer.Option("--mechanism", help="The one knob to change: max_num_seqs, max_num_batched_tokens, chunked_prefill, prefix_caching, kv_cache_dtype, quantization, speculative, tensor_parallel, data_parallel, replicas, gpu_memory_utilization, scheduling_policy, enforce_eager.")],
-    value: Annotated[Optional[str], typer.Option("--value", help="The candidate's value (JSON or text: 8, true, fp8, '{\"method\": \"ngram\"}'). Default: flip a switch, quadruple a limit.")] = None,
+    value: Annotated[Optional[str], typer.Option("--value", help="The candidate's value (JSON or text: 8, true, fp8, '{\"method\": \"ngram\"}'). Default: derived from what the baseline runs and the direction the knob's catalog entry (or the diagnosis's check) prescribes; a candidate equal to the baseline is refused.")] = None,
     workload_file: Annotated[Optional[Path], typer.Option("--workload", help="Workload YAML replayed on both arms. Default: one suited to the mechanism.")] = None,
     from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from the deployment's own telemetry in this Prometheus.")] = None,
     blocks: Annotated[int, typer.Option("--blocks", min=2, help="Blocks per arm (interleaved A B B A ...), at least 2; the block is the unit of replication. Medians need 4 for a 95% verdict.")] = 4,

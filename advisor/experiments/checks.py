@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from advisor.diagnosis.model import Diagnosis
 
-
 BLOCK_REQUESTS = 48
 BLOCKS_PER_ARM = 6  # blocks replaying telemetry are short: more of them buy power cheaply
 
@@ -14,7 +13,7 @@ def _replay_workload(diag: Diagnosis, say):
     None (each mechanism's default workload) when there is no telemetry to build it from."""
     if diag.via != "prometheus":
         return None
-    from advisor.workload.spec import Workload, WorkloadError
+    from advisor.workload.spec import WorkloadError
     from advisor.workload.telemetry import workload_from_prometheus
 
     try:
@@ -22,7 +21,9 @@ def _replay_workload(diag: Diagnosis, say):
     except WorkloadError as e:
         say(f"experiments use each mechanism's default workload: {e}")
         return None
-    return Workload.model_validate({**w.model_dump(), "requests": BLOCK_REQUESTS, "duration_s": None})
+    # model_copy, not a re-validation: the seed stays unset, so each experiment draws fresh prompts
+    # (a long-running baseline would otherwise meet the previous experiment's prompts in its cache).
+    return w.model_copy(update={"requests": BLOCK_REQUESTS, "duration_s": None})
 
 
 def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
@@ -31,20 +32,23 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
     An interrupt ends the loop after that experiment's restore; its result so far is kept."""
     from advisor.errors import AdvisorError
     from advisor.experiments import session
+    from advisor.experiments.engine_state import EngineState
     from advisor.experiments.result import CheckSkip, CheckVerdict
     from advisor.experiments.setup import design
 
     workload = _replay_workload(diag, say)
+    state = EngineState.from_info(diag.engine) if diag.engine else None
     done = 0
     for check in diag.checks:
         if done >= n:
-            break
+            check.verdict = CheckSkip(skipped=f"not tested: --experiment {n} tests the top {n} testable checks")
+            continue
         if check.held_back or check.already:
             check.verdict = CheckSkip(skipped="held back" if check.held_back else "already in the candidate state")
             continue
         try:
             d = design(dep, check.mechanism, None, workload, blocks=BLOCKS_PER_ARM, block_requests=BLOCK_REQUESTS,
-                       concurrency=None, readout_signal=check.readout)
+                       concurrency=None, readout_signal=check.readout, direction=check.direction, state=state)
         except AdvisorError as e:
             check.verdict = CheckSkip(skipped=str(e))
             continue

@@ -3,8 +3,8 @@ readouts. Everything is validated here, before anything starts; --dry-run prints
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import zlib
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from advisor.experiments.deployment import Deployment

@@ -15,7 +15,17 @@ from typing import Any
 from advisor.knobs import candidates as _candidates
 from advisor.knobs import revealed as _revealed
 from advisor.knobs.loader import CatalogError, load_catalog
-from advisor.knobs.model import CLIENT_METRICS, DIRECTIONS, ENGINES, EngineSpec, Knob, KnobError, Readout, Rendered, ValueSpec
+from advisor.knobs.model import (
+    CLIENT_METRICS,
+    DIRECTIONS,
+    ENGINES,
+    EngineSpec,
+    Knob,
+    KnobError,
+    Readout,
+    Rendered,
+    ValueSpec,
+)
 from advisor.knobs.render import Catalog
 from advisor.knobs.values import validate as _validate
 
