@@ -41,7 +41,7 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
     done = 0
     for check in diag.checks:
         if done >= n:
-            check.verdict = CheckSkip(skipped=f"not tested: --experiment {n} tests the top {n} testable checks")
+            check.verdict = CheckSkip(skipped=f"--experiment {n} runs only the top {n} testable check{'s' if n != 1 else ''}")
             continue
         if check.held_back or check.already:
             check.verdict = CheckSkip(skipped="held back" if check.held_back else "already in the candidate state")
