@@ -285,15 +285,19 @@ def field_error(where: object, loc: tuple, problem: str, node: yaml.Node | None 
     return f"{where}: field {_dotted(loc) or '(top level)'}: {problem}{f' (line {line})' if line else ''}"
 
 
+def suggest(key: object, known) -> str:
+    """' (did you mean 'x'?)' for the nearest known name, else ' (known: a, b, ...)'."""
+    known = [str(k) for k in known]
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    listed = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "")
+    return f" (known: {listed or 'none'})"
+
+
 def unknown_key(key: str, known: list[str] | None, what: str = "key") -> str:
     """'unknown key (did you mean 'x'?)': the field path before it names the key itself."""
-    if not known:
-        return f"unknown {what}"
-    close = difflib.get_close_matches(str(key), [str(k) for k in known], n=1, cutoff=0.6)
-    if close:
-        return f"unknown {what} (did you mean {close[0]!r}?)"
-    listed = ", ".join(str(k) for k in known[:20]) + (", ..." if len(known) > 20 else "")
-    return f"unknown {what} (known: {listed})"
+    return f"unknown {what}{suggest(key, known)}" if known else f"unknown {what}"
 
 
 def known_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:

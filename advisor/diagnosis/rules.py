@@ -4,7 +4,6 @@ mechanism from the knob vocabulary."""
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from advisor.diagnosis.expr import Expr, RuleSyntaxError, parse_expr
 from advisor.diagnosis.model import SEVERITY_ORDER
 from advisor.diagnosis.slo import SLO
 from advisor.errors import AdvisorError
-from advisor.inputs import InputModel, field_error, load_yaml, unknown_key, validate
+from advisor.inputs import InputModel, field_error, load_yaml, suggest, unknown_key, validate
 from advisor.knobs import DIRECTIONS, KNOBS
 from advisor.resources import data_dir, read_yaml
 from probes import signal_defs
@@ -165,9 +164,16 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _suggest(key: object, known) -> str:
-    close = difflib.get_close_matches(str(key), [str(k) for k in known], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(map(str, known)) or 'none'})"
+def _check_numbers(who: str, section: str, given: Any, known, what: str) -> None:
+    """A mapping of known names to finite numbers (params, severity thresholds)."""
+    given = given or {}
+    if not isinstance(given, dict):
+        raise RuleSyntaxError(f"{who}: {section} must be a mapping")
+    for k, v in given.items():
+        if k not in known:
+            raise RuleSyntaxError(f"{who}: unknown {what} {k!r}{suggest(k, known)}")
+        if not _finite(v):
+            raise RuleSyntaxError(f"{who}: {section}.{k} must be a finite number, got {v!r}")
 
 
 def _checked_override(override: Any, rid: Any, params: dict) -> dict:
@@ -179,28 +185,14 @@ def _checked_override(override: Any, rid: Any, params: dict) -> dict:
         raise RuleSyntaxError(f"{who}: expected a mapping of params, severity, enabled")
     for k in override:
         if k not in OVERRIDE_KEYS:
-            raise RuleSyntaxError(f"{who}: unknown key {k!r}{_suggest(k, OVERRIDE_KEYS)}")
+            raise RuleSyntaxError(f"{who}: unknown key {k!r}{suggest(k, OVERRIDE_KEYS)}")
     if not isinstance(override.get("enabled", True), bool):
         raise RuleSyntaxError(f"{who}: enabled must be true or false, got {override['enabled']!r}")
-    over_params = override.get("params") or {}
-    if not isinstance(over_params, dict):
-        raise RuleSyntaxError(f"{who}: params must be a mapping")
-    for k, v in over_params.items():
-        if k not in params:
-            raise RuleSyntaxError(f"{who}: unknown parameter {k!r}{_suggest(k, params)}")
-        if not _finite(v):
-            raise RuleSyntaxError(f"{who}: params.{k} must be a finite number, got {v!r}")
+    _check_numbers(who, "params", override.get("params"), params, "parameter")
     sev = override.get("severity") or {}
     if not isinstance(sev, dict) or any(k != "thresholds" for k in sev):
         raise RuleSyntaxError(f"{who}: severity takes only thresholds")
-    th = sev.get("thresholds") or {}
-    if not isinstance(th, dict):
-        raise RuleSyntaxError(f"{who}: severity.thresholds must be a mapping")
-    for k, v in th.items():
-        if k not in LEVELS:
-            raise RuleSyntaxError(f"{who}: unknown severity level {k!r}{_suggest(k, LEVELS)}")
-        if not _finite(v):
-            raise RuleSyntaxError(f"{who}: severity.thresholds.{k} must be a finite number, got {v!r}")
+    _check_numbers(who, "severity.thresholds", sev.get("thresholds"), LEVELS, "severity level")
     return override
 
 

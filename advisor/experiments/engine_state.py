@@ -53,7 +53,6 @@ def observe(dep: Deployment, timeout: float = 3.0) -> EngineState:
     from advisor.errors import AdvisorError
     from probes import http as _http
     from probes.engine import detect, engine_info, scrape
-    from probes.errors import ProbeError
 
     if dep.launcher == "endpoints" and dep.endpoints:
         url, auth = _http.split_userinfo(dep.endpoints.baseline)
@@ -66,7 +65,7 @@ def observe(dep: Deployment, timeout: float = 3.0) -> EngineState:
         with _http.client(cfg) as client:
             s = scrape(client, url)
             info = engine_info(client, url, detect(s, dep.engine, url), s, dep.model)
-    except (AdvisorError, ProbeError, ValueError, OSError):
+    except (AdvisorError, ValueError, OSError):
         return state
     served = EngineState.from_info(info)
     return EngineState(version=served.version or state.version, config=served.config, source=served.source)

@@ -44,14 +44,6 @@ def healthy(url: str, path: str = "/health", timeout: float = 5.0) -> bool:
         return False
 
 
-def listener(port: int) -> int | None:
-    """The pid listening on a local TCP port, if any."""
-    for c in psutil.net_connections(kind="tcp"):
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            return c.pid
-    return None
-
-
 def _gone(proc: psutil.Process) -> bool:
     # A killed process that is not our child stays a zombie until its own parent reaps it.
     try:

@@ -34,15 +34,6 @@ def checked_state_dir(key: str) -> Path:
     return writable_dir(state_dir(key), "experiment journals and locks")
 
 
-def check_store(save: bool) -> None:
-    """With save, the store opened (created, migrated) before anything starts: an unwritable store
-    must not cost the results. Raises StoreError."""
-    if save:
-        from advisor.store import open_store
-
-        open_store(get_settings().database_url).close()
-
-
 def _sigterm_as_interrupt(*_):
     raise KeyboardInterrupt
 
@@ -65,20 +56,21 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
 
     dep = d.deployment
     directory = checked_state_dir(dep.key)
-    check_store(save)
-    journal = Journal(directory)
+    # Opened (created, migrated) before anything starts: an unwritable store must not cost the results.
     store = None
+    if save:
+        from advisor.store import open_store
+
+        store = open_store(get_settings().database_url)
     try:
+        journal = Journal(directory)
         with TargetLock(directory):
             found = recover(dep, journal, directory / "logs", say)
             if found:
                 (note or say)(found)
             launcher = launcher_for(d, journal, directory / "logs")
             save_block = None
-            if save:
-                from advisor.store import open_store
-
-                store = open_store(get_settings().database_url)
+            if store is not None:
                 exp_num = int(d.id.replace("exp-", "").replace("-", ""))
 
                 def save_block(arm, block, run, summary):
@@ -96,7 +88,7 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
                 if fallback:
                     signal.signal(signal.SIGTERM, previous)
     finally:
-        if store:
+        if store is not None:
             store.close()
     result.manifest = experiment_manifest(d, result)
     return result

@@ -41,6 +41,8 @@ def code(value: object) -> Markup:
 
 @lru_cache(maxsize=1)
 def environment() -> Environment:
+    # autoescape off: HTML escaping is the wrong escaping for markdown (it leaves `*`, `_`, `#`
+    # and links live); finalize applies escape.markdown to every interpolated value instead.
     env = Environment(loader=FileSystemLoader(data_dir("templates")), undefined=StrictUndefined,
                       trim_blocks=False, lstrip_blocks=False, autoescape=False, finalize=_finalize)
     env.filters["code"] = code

@@ -14,10 +14,10 @@ import yaml
 from typer.testing import CliRunner
 
 from advisor.cli import app
-from advisor.experiments.launchers import healthy, listener, stop_pid
+from advisor.experiments.launchers import healthy, stop_pid
 from advisor.localstack import LocalEngine
 from advisor.localstack.deployment import write_deployment
-from tests.support.servers import ROOT
+from tests.support.servers import ROOT, listener
 
 runner = CliRunner()
 

@@ -20,6 +20,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listener(port: int) -> int | None:
+    """The pid serving a local TCP port, if any (the top-most of those sharing its socket)."""
+    from advisor.experiments.processes import UNSEEN, holder
+
+    rec = holder(port)
+    return None if rec is None or rec is UNSEEN else rec.pid
+
+
 def fake_argv(port: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "tests.support.fake_openai", "--port", str(port), *extra]
 

@@ -11,11 +11,11 @@ from advisor.cli import app
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.design import Design, Guardrails, block_order
 from advisor.experiments.journal import Journal
-from advisor.experiments.launchers import LocalLauncher, healthy, listener, stop_pid
+from advisor.experiments.launchers import LocalLauncher, healthy, stop_pid
 from advisor.experiments.runner import execute
 from advisor.workload.plan import plan
 from advisor.workload.spec import Workload
-from tests.support.servers import ROOT, free_port
+from tests.support.servers import ROOT, free_port, listener
 
 FAKE = [sys.executable, "-m", "tests.support.fake_openai"]
 

@@ -141,6 +141,7 @@ def test_the_ca_bundle_or_the_opt_out_is_accepted(tmp_path):
     with prom_stand_in(tls=certs) as prom:
         snap = probe_prometheus(prom.url, window_s=60, timeout=5, http=h.HttpConfig(ca_bundle=certs.ca_pem))
         assert snap.signals["requests_running_avg"].value == 2
+        # The explicit opt-out under test: a self-signed stand-in on 127.0.0.1, nothing else reached.
         snap = probe_prometheus(prom.url, window_s=60, timeout=5, http=h.HttpConfig(verify=False))
         assert snap.signals["requests_running_avg"].value == 2
 

@@ -11,9 +11,9 @@ import pytest
 
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.journal import Busy, Journal, TargetLock
-from advisor.experiments.launchers import LaunchError, LocalLauncher, healthy, listener, stop_pid
+from advisor.experiments.launchers import LaunchError, LocalLauncher, healthy, stop_pid
 from advisor.experiments.recovery import recover
-from tests.support.servers import ROOT, free_port
+from tests.support.servers import ROOT, free_port, listener
 
 
 def deployment(arms: str, port: int, cport: int | None = None, owns: bool = False) -> Deployment:

@@ -21,10 +21,10 @@ import yaml
 
 from advisor.experiments.deployment import load_deployment
 from advisor.experiments.journal import Journal
-from advisor.experiments.launchers import healthy, listener, stop_pid
+from advisor.experiments.launchers import healthy, stop_pid
 from advisor.experiments.processes import ProcessRecord
 from tests.support.cli import assert_one_line_error, run_cli
-from tests.support.servers import ROOT, fake_argv, free_port, wait_healthy
+from tests.support.servers import ROOT, fake_argv, free_port, listener, wait_healthy
 
 FAKE = [sys.executable, "-m", "tests.support.fake_openai"]
 QUICK = ("--mechanism", "max_num_seqs", "--value", "8", "--blocks", "2", "--block-requests", "8", "--warmup", "2",
