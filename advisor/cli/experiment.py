@@ -28,12 +28,16 @@ def _recovered(note: str) -> None:
 @app.command()
 def experiment(
     deployment: Deployment,
-    mechanism: Annotated[str, typer.Option("--mechanism", help="The one knob to change: max_num_seqs, max_num_batched_tokens, chunked_prefill, prefix_caching, kv_cache_dtype, quantization, speculative, tensor_parallel, data_parallel, replicas, gpu_memory_utilization, scheduling_policy, enforce_eager.")],
+    mechanism: Annotated[Optional[str], typer.Option("--mechanism", help="The one knob to change: max_num_seqs, max_num_batched_tokens, chunked_prefill, prefix_caching, kv_cache_dtype, quantization, speculative, tensor_parallel, data_parallel, replicas, gpu_memory_utilization, scheduling_policy, enforce_eager. Required unless --aa or --plan.")] = None,
     value: Annotated[Optional[str], typer.Option("--value", help="The candidate's value (JSON or text: 8, true, fp8, '{\"method\": \"ngram\"}'). Default: derived from what the baseline runs and the direction the knob's catalog entry (or the diagnosis's check) prescribes; a candidate equal to the baseline is refused.")] = None,
     workload_file: Annotated[Optional[Path], typer.Option("--workload", help="Workload YAML replayed on both arms. Default: one suited to the mechanism.")] = None,
     from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from the deployment's own telemetry in this Prometheus.")] = None,
-    blocks: Annotated[int, typer.Option("--blocks", min=2, help="Blocks per arm (interleaved A B B A ...), at least 2; the block is the unit of replication. Medians need 4 for a 95% verdict.")] = 4,
-    block_requests: Annotated[int, typer.Option("--block-requests", min=1, help="Requests per block (default workload), at least 1.")] = 32,
+    blocks: Annotated[Optional[int], typer.Option("--blocks", min=2, help="Most blocks per arm (interleaved A B B A ...), at least 2; the block is the unit of replication. Default: planned for --effect at 80% power from the target's A/A calibration (or a stated conservative default).")] = None,
+    block_requests: Annotated[Optional[int], typer.Option("--block-requests", min=1, help="Requests per block. Default: the workload's (32 for the default workload), raised where a p95/p99 primary needs more samples beyond it; given, a design that cannot have them is refused.")] = None,
+    effect: Annotated[float, typer.Option("--effect", min=0.01, max=5.0, help="The effect the plan must detect at 80% power, as a fraction of the primary (0.3: a ratio of 1.3).")] = 0.3,
+    fixed: Annotated[bool, typer.Option("--fixed", help="Run every planned block (one look at the end) instead of stopping at the first decisive look.")] = False,
+    aa: Annotated[bool, typer.Option("--aa", help="A/A run: both arms run the baseline's configuration (endpoints: candidate = the baseline's URL). Measures the target's block-to-block noise per readout and stores it for later plans; a verdict other than 'no change' or 'inconclusive' means the arms are not alike.")] = False,
+    plan_only: Annotated[bool, typer.Option("--plan", help="Print the blocks and requests per block needed for --effect at 80% power (for --mechanism's primary, else for every readout), from the stored A/A calibration, and touch nothing.")] = False,
     concurrency: Annotated[int | None, typer.Option(
         "--concurrency", min=1, help="Requests in flight with the default workload: 8, or for max_num_seqs the "
                               "candidate's slot count, so that only the baseline queues.")] = None,
@@ -60,7 +64,8 @@ def experiment(
     from advisor.experiments import session
     from advisor.experiments.deployment import load_deployment
     from advisor.experiments.setup import DesignError, design, effective_guardrails
-    from advisor.reports.experiment_text import render, render_plan
+    from advisor.experiments import planning
+    from advisor.reports.experiment_text import render, render_plan, render_plans
     from advisor.units import parse_duration
     from advisor.workload.spec import load_workload
 
@@ -81,12 +86,23 @@ def experiment(
             workload = workload_from_prometheus(prom, http=prom_http)
         guardrails = effective_guardrails(dep, max_duration_s=duration_s, max_requests=max_requests,
                                           max_error_rate=max_error_rate)
+        cal = session.stored_calibration(dep)
+        if plan_only and not mechanism and not aa:
+            render_plans(planning.table(cal, effect, block_requests), out, output is Output.json)
+            raise typer.Exit(EXIT_OK)
+        if not mechanism and not aa:
+            raise DesignError("give --mechanism (the knob to change), or --aa for an A/A run, or --plan")
+        if aa and (mechanism or value):
+            raise DesignError("--aa runs the baseline's own configuration on both arms: give no --mechanism or --value")
         d = design(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
-                   concurrency=concurrency, readout_signal=readout_signal, warmup=warmup, guardrails=guardrails)
-        if dry_run:
+                   concurrency=concurrency, readout_signal=readout_signal, warmup=warmup, guardrails=guardrails,
+                   sequential=not fixed, effect=effect, aa=aa, calibration=cal)
+        if dry_run or plan_only:
             if output is Output.json:
                 print(json_text({"dry_run": True, "plan": d.describe(), "baseline_argv": d.baseline_args,
-                                 "candidate_argv": d.candidate_args}))
+                                 "candidate_argv": d.candidate_args, "max_blocks_per_arm": d.blocks_per_arm,
+                                 "requests_per_block": len(d.requests), "first_look": d.stopping.first_look,
+                                 "sequential": d.stopping.sequential}))
             else:
                 render_plan(d, out)
             raise typer.Exit(EXIT_OK)

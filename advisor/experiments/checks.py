@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from advisor.diagnosis.model import Diagnosis
 
-BLOCK_REQUESTS = 48
-BLOCKS_PER_ARM = 6  # blocks replaying telemetry are short: more of them buy power cheaply
+BLOCK_REQUESTS = 48  # a replayed block; the plan raises it where a tail primary needs more
 
 
 def _replay_workload(diag: Diagnosis, say):
@@ -38,6 +37,7 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
 
     workload = _replay_workload(diag, say)
     state = EngineState.from_info(diag.engine) if diag.engine else None
+    cal = session.stored_calibration(dep)
     done = 0
     for check in diag.checks:
         if done >= n:
@@ -47,8 +47,9 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
             check.verdict = CheckSkip(skipped="held back" if check.held_back else "already in the candidate state")
             continue
         try:
-            d = design(dep, check.mechanism, None, workload, blocks=BLOCKS_PER_ARM, block_requests=BLOCK_REQUESTS,
-                       concurrency=None, readout_signal=check.readout, direction=check.direction, state=state)
+            # blocks planned from the target's A/A calibration; requests per block from the workload
+            d = design(dep, check.mechanism, None, workload, concurrency=None, readout_signal=check.readout,
+                       direction=check.direction, state=state, calibration=cal)
         except AdvisorError as e:
             check.verdict = CheckSkip(skipped=str(e))
             continue

@@ -32,6 +32,41 @@ class Guardrails:
     health_every_s: float = 2.0
 
 
+@dataclass(frozen=True)
+class Stopping:
+    """When the runner looks at the primary and at which nominal level.
+
+    sequential: looks after every pair of blocks from `first_look` to the maximum, each at its
+    boundary level `levels[k - first_look]`; fixed: one look at the maximum at `alpha`."""
+
+    sequential: bool = False
+    boundary: str = "wang-tsiatis"
+    alpha: float = 0.05
+    first_look: int = 2
+    levels: tuple[float, ...] = ()
+
+    def level_at(self, k: int, max_blocks: int) -> float | None:
+        """The nominal level of the look after k blocks per arm; None where there is no look."""
+        if not self.sequential:
+            return self.alpha if k == max_blocks else None
+        if k < self.first_look or k > max_blocks:
+            return None
+        return self.levels[k - self.first_look]
+
+    def describe(self, max_blocks: int) -> str:
+        if not self.sequential or self.first_look >= max_blocks:
+            return f"fixed horizon: one look after {max_blocks} blocks per arm at {self.alpha:.0%}"
+        name = {"obrien-fleming": "O'Brien-Fleming", "wang-tsiatis": "Wang-Tsiatis, delta 0.25",
+                "pocock": "Pocock"}.get(self.boundary, self.boundary)
+        return (f"sequential ({name}, overall {self.alpha:.0%}): a look after each pair of blocks from "
+                f"{self.first_look} to {max_blocks} per arm, nominal levels {_pct(self.levels[0])} .. "
+                f"{_pct(self.levels[-1])}; stops at the first decisive look")
+
+
+def _pct(a: float) -> str:
+    return f"{100 * a:.2g}%"
+
+
 @dataclass
 class Design:
     id: str
@@ -53,6 +88,9 @@ class Design:
     fails_means: str = ""
     direction: str | None = None   # what the check prescribed (None: a given value or the knob's default)
     seed_pinned: bool = False      # the workload's seed was given (file or caller), not drawn fresh
+    stopping: Stopping = field(default_factory=Stopping)  # default: fixed horizon, one look at the maximum
+    plan: list[str] = field(default_factory=list)  # how the blocks were sized (planning.Plan.describe)
+    aa: bool = False  # a deliberate A/A run: both arms run the baseline's configuration
 
     def describe(self) -> list[str]:
         w = self.workload
@@ -71,7 +109,10 @@ class Design:
             + (f"  env {self.candidate_env}" if self.candidate_env else ""),
             f"workload {w.name} ({w.source}): {len(self.requests)} requests per block, {shape}, seed {w.seed}"
             + (" (pinned by the workload)" if self.seed_pinned else " (fresh for this experiment)"),
-            f"blocks: {order} ({self.blocks_per_arm} per arm), warmup {self.warmup_requests} requests per arm",
+            f"blocks: {order} (at most {self.blocks_per_arm} per arm), warmup {self.warmup_requests} requests "
+            "after every (re)start of an arm",
+            f"stopping: {self.stopping.describe(self.blocks_per_arm)}",
+            *self.plan,
             f"guardrails: at most {self.guardrails.max_duration_s:.0f}s and {self.guardrails.max_requests} requests; "
             f"abort above {self.guardrails.max_error_rate:.0%} errors or when the candidate is unhealthy",
         ]

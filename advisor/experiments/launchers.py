@@ -105,6 +105,8 @@ def _stop(proc: psutil.Process, grace: float) -> None:
 
 
 class Launcher(Protocol):
+    starts: int  # engine processes started so far: a change across bring_up means a cold arm
+
     def url(self, arm: str) -> str: ...
     def bring_up(self, arm: str) -> str: ...
     def check(self, arm: str) -> str | None: ...
@@ -116,6 +118,8 @@ class Launcher(Protocol):
 
 class EndpointsLauncher:
     """Both arms already serve: nothing to start, stop or restore; only health is checked."""
+
+    starts = 0
 
     def __init__(self, dep: Deployment):
         self.spec = dep.endpoints
@@ -166,6 +170,7 @@ class LocalLauncher:
         self.found = holder(self.spec.port) or (UNSEEN if self.found_serving else None)
         self.found_stopped = False
         self.started: dict[str, ProcessRecord] = {}
+        self.starts = 0
 
     def port(self, arm: str) -> int:
         return self.spec.candidate_port if arm == "candidate" and self.spec.arms == "parallel" else self.spec.port
@@ -266,6 +271,7 @@ class LocalLauncher:
         # The advisor's own PYTHONPATH would shadow the engine's environment; the spec may set one.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | self.env[arm]
         argv = self.argv(arm)
+        self.starts += 1
         with open(log_path, "wb") as log:
             # Detached: a restored baseline must keep serving after the advisor exits.
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -28,13 +28,20 @@ def experiment_manifest(d: Design, r: ExperimentResult) -> dict:
                      "requests_per_block": len(d.requests)},
         "concurrency_or_rate": (f"concurrency {w.arrival.concurrency}" if w.arrival.kind == "concurrency"
                                 else f"{w.arrival.kind} {w.arrival.rate} req/s"),
-        "warmup_requests_per_arm": d.warmup_requests,
+        "warmup_requests_after_each_start": d.warmup_requests,
+        "stopping": {"sequential": d.stopping.sequential, "boundary": d.stopping.boundary, "alpha": d.stopping.alpha,
+                     "first_look": d.stopping.first_look, "max_blocks_per_arm": d.blocks_per_arm,
+                     "levels": list(d.stopping.levels), "plan": d.plan},
+        "looks": [look.model_dump() for look in r.looks],
+        "stop_reason": r.stop_reason,
+        "restarts": [{"arm": b.arm, "block": b.block + 1, "seconds": b.restart_s} for b in r.blocks
+                     if b.restart_s is not None],
         "block_order": [f"{arm}:{b + 1}" for arm, b in d.order],
         "per_arm": per_arm,
         "load_generator_valid": all(b.generator_valid for b in r.blocks),
         "metric_definitions": DEFINITIONS,
         "judgement": "block is the unit of replication; see each metric's method; equivalence margin 5%; "
-                     "Holm across secondary metrics",
+                     "secondaries tested only behind a decisive primary, Holm among them, at the last look's level",
         # A fresh seed per experiment (from its id) unless the workload pins one: prompts no engine has seen.
         "seeds": {"workload": w.seed, "workload_seed": "pinned by the workload" if getattr(d, "seed_pinned", False)
                   else "fresh for this experiment"},

@@ -35,6 +35,17 @@ class MetricResult(BaseModel):
     _ci_at: Callable[[float], tuple[float, float] | None] | None = PrivateAttr(default=None)
 
 
+class Look(BaseModel):
+    """One interim (or the final) look of an experiment at its primary readout."""
+
+    blocks: int = Field(description="blocks per arm at this look (pairs of blocks run so far)")
+    alpha: float = Field(description="nominal two-sided level of this look's interval, from the boundary")
+    verdict: Verdict
+    ratio: float | None
+    ci: tuple[float, float] | None
+    requests: int | None = Field(default=None, description="requests sent to both arms so far")
+
+
 class BlockRecord(BaseModel):
     arm: str
     block: int
@@ -47,6 +58,9 @@ class BlockRecord(BaseModel):
     generator_valid: bool = Field(description="the load generator held its plan: only valid blocks are judged")
     why_invalid: str | None = None
     run_id: int | None = None
+    restart_s: float | None = Field(default=None, description="seconds the arm took to (re)start before this "
+                                    "block; None when it was already serving")
+    warmup_requests: int = Field(default=0, description="unmeasured requests sent before this block, after a (re)start")
 
 
 class QualityGuard(BaseModel):
@@ -54,6 +68,17 @@ class QualityGuard(BaseModel):
     exact_match: float = Field(description="share of prompts whose greedy outputs are identical")
     token_agreement: float = Field(description="share of output positions with the same token")
     note: str
+
+
+class ReadoutNoise(BaseModel):
+    """One readout's noise as an A/A run measured it (advisor/experiments/calibration.py)."""
+
+    metric: str
+    statistic: str
+    block_sd: float = Field(description="log-SD of the block statistic between blocks of one arm")
+    sampling_sd: float = Field(description="its within-block sampling part (bootstrap), at requests_per_block")
+    drift_sd: float = Field(description="what sampling does not explain: sqrt(max(0, block^2 - sampling^2))")
+    blocks: int
 
 
 class ExperimentResult(BaseModel):
@@ -70,12 +95,19 @@ class ExperimentResult(BaseModel):
                                "could not be judged (aborted, too many invalid blocks)")
     metrics: list[MetricResult] = []
     blocks: list[BlockRecord] = []
+    looks: list[Look] = Field(default=[], description="the looks taken at the primary, in order")
+    stop_reason: str | None = Field(default=None, description="why the experiment stopped when it did")
     quality: QualityGuard | None = None
     aborted: str | None = None
     baseline_restored: bool | None = None
     restore_note: str | None = None
     fails_means: str | None = None
+    calibration: list[ReadoutNoise] | None = Field(default=None, description="A/A runs: the noise measured "
+                                                   "per readout, stored for later plans")
     manifest: dict = {}
+
+    # The valid blocks' request records, for what is computed after the run (an A/A calibration).
+    _by_block: dict = PrivateAttr(default_factory=dict)
 
 
 class CheckVerdict(BaseModel):

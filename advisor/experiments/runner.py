@@ -1,5 +1,16 @@
 """Runs a Design against the real deployment: warmup, interleaved blocks on the same request set,
-guardrails, the journal, and the baseline restored and verified whatever happens.
+looks at the primary, guardrails, the journal, and the baseline restored and verified whatever
+happens.
+
+Warmup: after every (re)start of an arm (with sequential arms, every switch is a restart: a cold
+engine's first requests are slow), the arm gets the design's warmup requests before its block, not
+measured; the restart's duration and the warmup are kept per block.
+
+Looks: after each pair of blocks at which the design's stopping rule has a look
+(advisor/experiments/design.py Stopping), the primary is judged from the valid blocks so far at
+that look's nominal level; a decisive verdict (improved, regressed, no change) before the maximum
+stops the experiment there. The final verdict is the last look's, with the secondaries judged at
+that same level behind it (stats.judge).
 
 Invalid blocks: a block whose load generator could not hold its plan (advisor/loadgen/metrics.py:
 it fell behind its schedule) measured a different load than the other blocks, so it is not judged;
@@ -22,7 +33,7 @@ from advisor.experiments import quality, readouts, stats
 from advisor.experiments.design import Design
 from advisor.experiments.journal import Journal
 from advisor.experiments.launchers import Launcher, LaunchError
-from advisor.experiments.result import BlockRecord, ExperimentResult
+from advisor.experiments.result import BlockRecord, ExperimentResult, Look
 from advisor.loadgen.loop import run_load
 from advisor.loadgen.metrics import summarize
 from advisor.loadgen.record import RequestRecord
@@ -68,9 +79,10 @@ class Prompts:
         return self._sizer.prompts_for(reqs, self.design.workload)
 
 
-def judge(design: Design, by_block: dict[tuple[str, int], list[RequestRecord]], slo=None) -> list[stats.MetricResult]:
-    """The primary readout at alpha and the secondaries with Holm, each from the blocks given (the
-    valid ones): per-request samples per block, or one value per block for a block readout."""
+def judge(design: Design, by_block: dict[tuple[str, int], list[RequestRecord]], slo=None,
+          alpha: float = 0.05, primary_only: bool = False) -> list[stats.MetricResult]:
+    """The primary readout at alpha and the secondaries behind it (Holm), each from the blocks given
+    (the valid ones): per-request samples per block, or one value per block for a block readout."""
     def blocks(arm: str, metric: str, statistic: str) -> list[list[float | None]]:
         return [readouts.block_samples(recs, metric, statistic, slo)
                 for (a, _), recs in sorted(by_block.items()) if a == arm]
@@ -78,12 +90,14 @@ def judge(design: Design, by_block: dict[tuple[str, int], list[RequestRecord]], 
     def one(metric: str, statistic: str) -> stats.MetricResult:
         return stats.compare(f"{metric}", blocks("baseline", metric, statistic),
                              blocks("candidate", metric, statistic), statistic=statistic,
-                             lower_is_better=readouts.lower_is_better(metric),
+                             lower_is_better=readouts.lower_is_better(metric), alpha=alpha,
                              seed=zlib.crc32(f"{metric}{statistic}".encode()) & 0xFFFF)
 
     primary = one(*design.primary)
+    if primary_only:
+        return [primary]
     secondary = [one(m, s) for m, s in design.secondary if (m, s) != tuple(design.primary)]
-    return stats.judge(primary, secondary)
+    return stats.judge(primary, secondary, alpha=alpha)
 
 
 def too_few_valid(blocks: list[BlockRecord]) -> str | None:
@@ -119,34 +133,44 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     blocks: list[BlockRecord] = []
     outputs: dict[str, list] = {}
     aborted: str | None = None
+    looks: list[Look] = []
+    stop_reason: str | None = None
     started = time.monotonic()
     sent = 0
     interrupted = False
     try:
         try:
             # Prompts are sized in the baseline's own tokens, all before the candidate first starts.
+            t0 = time.monotonic()
             prompts = Prompts(design, sizer_for(launcher.bring_up("baseline")))
+            restart = {"baseline": time.monotonic() - t0} if launcher.starts else {}
             warm_reqs = _warmup_requests(design)
             warm_prompts = prompts.sizer(warm_reqs) if warm_reqs else []
             block_prompts = {b: prompts.sizer(_block_requests(design, b)) for b in range(design.blocks_per_arm)}
         except (LaunchError, PromptSizingError) as e:
             not_started = str(e)
             raise Aborted(f"could not start: {e}") from None
-        warmed: set[str] = set()
-        for arm, b in design.order:
+        cold = {"baseline", "candidate"}  # warmed after every (re)start; the found baseline once
+        for i, (arm, b) in enumerate(design.order):
             if time.monotonic() - started > design.guardrails.max_duration_s:
                 raise Aborted(f"guardrail: the experiment ran past {design.guardrails.max_duration_s:.0f}s")
             if sent + len(design.requests) > design.guardrails.max_requests:
                 raise Aborted(f"guardrail: the next block would pass {design.guardrails.max_requests} requests")
-            say(f"{arm} block {b + 1}/{design.blocks_per_arm}: bringing the {arm} up")
+            say(f"{arm} block {b + 1} (at most {design.blocks_per_arm}): bringing the {arm} up")
+            starts, t0 = launcher.starts, time.monotonic()
             url = launcher.bring_up(arm)
+            if launcher.starts != starts:
+                cold.add(arm)
+                restart[arm] = time.monotonic() - t0
             target = Target(url=url, model=design.deployment.model, api=design.workload.api)
-            if arm not in warmed:
+            warmed_now = 0
+            if arm in cold:
                 a = design.workload.arrival
                 _warmup(target, warm_reqs, warm_prompts, a.concurrency or 4)
-                if design.numerics:
+                warmed_now = len(warm_reqs)
+                if design.numerics and arm not in outputs:
                     outputs[arm] = quality.greedy(url, design.deployment.model)
-                warmed.add(arm)
+                cold.discard(arm)
             reqs = _block_requests(design, b)
             last_check = [time.monotonic()]
 
@@ -167,7 +191,8 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
             blocks.append(BlockRecord(arm=arm, block=b, requests=s.requests, ok=s.ok, errors=s.errors,
                                       ttft_p50=s.ttft.p50, tpot_p50=s.tpot.p50, e2e_p95=s.e2e.p95,
                                       generator_valid=summary.generator.valid,
-                                      why_invalid=summary.generator.why_invalid, run_id=run_id))
+                                      why_invalid=summary.generator.why_invalid, run_id=run_id,
+                                      restart_s=restart.pop(arm, None), warmup_requests=warmed_now))
             journal.write(exp, "block", arm=arm, block=b, ok=s.ok, errors=s.errors)
             say(f"{arm} block {b + 1}: {s.ok}/{s.requests} ok, TTFT p50 {1000 * (s.ttft.p50 or 0):.0f} ms")
             if r.aborted:
@@ -177,6 +202,15 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
             problem = launcher.check(arm)
             if problem:
                 raise Aborted(f"guardrail: {problem}")
+            if i % 2 == 1:  # a pair of blocks is complete
+                look = _look(design, by_block, blocks, b + 1, sent)
+                if look is not None:
+                    looks.append(look)
+                    say(_look_line(look, len(looks)))
+                    if look.verdict != "inconclusive" and b + 1 < design.blocks_per_arm:
+                        stop_reason = (f"decisive at look {len(looks)} ({look.blocks} of at most "
+                                       f"{design.blocks_per_arm} blocks per arm): {look.verdict}")
+                        break
     except Aborted as e:
         aborted = str(e)
     except LaunchError as e:
@@ -192,23 +226,50 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     interrupted = interrupted or signalled  # a signal deferred by the restore's shield
     valid = {(b.arm, b.block) for b in blocks if b.generator_valid}
     judged = {k: v for k, v in by_block.items() if k in valid}
-    metrics = judge(design, judged) if by_block else []
+    level = looks[-1].alpha if looks else design.stopping.alpha
+    metrics = judge(design, judged, alpha=level) if by_block else []
     primary = metrics[0] if metrics else None
     invalid = too_few_valid(blocks) if not aborted else None
     verdict = primary.verdict if primary and not aborted and not invalid else "inconclusive"
     reason = (f"aborted: {aborted}" if aborted else invalid or (primary.reason if primary else None))
+    if stop_reason is None:
+        stop_reason = (f"aborted: {aborted}" if aborted else
+                       f"reached the planned maximum of {design.blocks_per_arm} blocks per arm"
+                       + (f" after {len(looks)} look{'s' if len(looks) != 1 else ''}" if design.stopping.sequential
+                          else " (fixed horizon)"))
     result = ExperimentResult(
         id=exp, deployment=design.deployment.name, mechanism=design.mechanism, value=repr(design.value),
         status="aborted" if aborted else "finished", verdict=verdict,
         primary_metric=f"{design.primary[0]} {design.primary[1]}",
         ratio=primary.ratio if primary else None, ci=primary.ci if primary else None, reason=reason,
-        metrics=metrics,
+        metrics=metrics, looks=looks, stop_reason=stop_reason,
         blocks=blocks, aborted=aborted, baseline_restored=restored, restore_note=note,
         fails_means=design.fails_means,
         quality=quality.compare(outputs["baseline"], outputs["candidate"]) if len(outputs) == 2 else None)
+    result._by_block = judged
     if interrupted:
         raise KeyboardInterruptWithResult(result)
     return result
+
+
+def _look(design: Design, by_block, blocks: list[BlockRecord], k: int, sent: int) -> Look | None:
+    """The primary judged from the valid blocks after k blocks per arm, at the look's level; None
+    where the stopping rule has no look."""
+    level = design.stopping.level_at(k, design.blocks_per_arm)
+    if level is None:
+        return None
+    valid = {(x.arm, x.block) for x in blocks if x.generator_valid}
+    if too_few_valid(blocks):
+        return Look(blocks=k, alpha=level, verdict="inconclusive", ratio=None, ci=None, requests=sent)
+    [p] = judge(design, {key: v for key, v in by_block.items() if key in valid}, alpha=level, primary_only=True)
+    return Look(blocks=k, alpha=level, verdict=p.verdict, ratio=p.ratio, ci=p.ci, requests=sent)
+
+
+def _look_line(look: Look, n: int) -> str:
+    ci = f"[{look.ci[0]:.3f}, {look.ci[1]:.3f}]" if look.ci else "-"
+    ratio = "-" if look.ratio is None else f"{look.ratio:.3f}"
+    return (f"look {n} after {look.blocks} blocks per arm: ratio {ratio}, {100 * (1 - look.alpha):.3g}% CI {ci}: "
+            f"{look.verdict}")
 
 
 class KeyboardInterruptWithResult(KeyboardInterrupt):

@@ -90,8 +90,21 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
     finally:
         if store is not None:
             store.close()
+    if d.aa and result.status == "finished":
+        from advisor.experiments import calibration
+
+        cal = calibration.measure(d.id, dep.name, d.workload.name, len(d.requests), result._by_block)
+        calibration.save(directory, cal)
+        result.calibration = cal.readouts
     result.manifest = experiment_manifest(d, result)
     return result
+
+
+def stored_calibration(dep):
+    """The target's A/A calibration, or None: what plans start from."""
+    from advisor.experiments import calibration
+
+    return calibration.load(state_dir(dep.key))
 
 
 def _utc(ts: float) -> datetime:

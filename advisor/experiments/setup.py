@@ -7,6 +7,7 @@ from pathlib import Path
 
 from advisor import knobs
 from advisor.errors import AdvisorError
+from advisor.experiments import planning
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.design import (
     SIGNAL_READOUT,
@@ -70,11 +71,15 @@ def _refuse_same(mechanism: str, value, current) -> None:
         raise DesignError(f"{mechanism} is already {shown(knob, current.value)} {current.where}: nothing to test")
 
 
-def readout(mechanism: str, override: str | None) -> tuple[str, str]:
+def readout(mechanism: str | None, override: str | None) -> tuple[str, str]:
+    """The primary: the override (a signal name), else the knob's catalog primary, else TTFT p50
+    (an A/A run's, where no knob names one)."""
     if override:
         if override not in SIGNAL_READOUT:
             raise DesignError(f"unknown readout {override!r}; known: {', '.join(SIGNAL_READOUT)}")
         return SIGNAL_READOUT[override]
+    if mechanism is None:
+        return ("ttft", "p50")
     knob = knobs.KNOBS[mechanism]
     primary = getattr(knob, "primary", None)
     if primary is not None:
@@ -115,21 +120,79 @@ def default_concurrency(mechanism: str, value: object) -> int:
     return 8
 
 
-def design(dep: Deployment, mechanism: str, value_text: str | None, workload: Workload | None, *,
-           blocks: int = 4, block_requests: int = 32, concurrency: int | None = None, warmup: int = 16,
-           readout_signal: str | None = None, seed: int | None = None, guardrails: Guardrails | None = None,
-           direction: str | None = None, state: EngineState | None = None) -> Design:
-    """Validates everything (knob, value, engine support) before anything starts.
+def design(dep: Deployment, mechanism: str | None, value_text: str | None, workload: Workload | None, *,
+           blocks: int | None = None, block_requests: int | None = None, concurrency: int | None = None,
+           warmup: int = 16, readout_signal: str | None = None, seed: int | None = None,
+           guardrails: Guardrails | None = None, direction: str | None = None, state: EngineState | None = None,
+           sequential: bool = True, effect: float = planning.DEFAULT_EFFECT, aa: bool = False,
+           calibration=None) -> Design:
+    """Validates everything (knob, value, engine support) and plans the blocks, before anything starts.
 
     direction: what the check prescribes (up, down, on, off; None: the catalog's default direction
     for the knob), used when no value is given. state: what the baseline engine reveals (version,
     cache_config_info); None reads it from the deployment's baseline within a short deadline.
     seed: the workload's prompts; None draws a fresh one per experiment (from its id) unless the
-    given workload pins one, so that no engine has seen the prompts before."""
-    if mechanism not in knobs.KNOBS:
-        raise DesignError(f"unknown mechanism {mechanism!r}; known: {', '.join(knobs.KNOBS)}")
-    if blocks < 2:
+    given workload pins one, so that no engine has seen the prompts before.
+    blocks, block_requests: the maximum blocks per arm and the requests per block; None plans them
+    (advisor/experiments/planning.py) for `effect` on the primary from `calibration` (the target's
+    A/A calibration, else the conservative default). sequential: looks after every pair of blocks
+    (stop at the first decisive one), else one look at the maximum.
+    aa: a deliberate A/A run: the candidate is the baseline's own configuration (`mechanism` may be
+    None), to measure the target's noise."""
+    if aa:
+        if dep.launcher == "endpoints" and dep.endpoints.candidate.rstrip("/") != dep.endpoints.baseline.rstrip("/"):
+            raise DesignError("an A/A run on the endpoints launcher needs candidate: the baseline's own URL (or "
+                              "the URL of a replica with the same configuration, started by whoever owns it)")
+        value, cand_args, cand_env, knob = None, None, {}, None
+        base_args = list(dep.local.args) if dep.local else []
+        cand_args = list(base_args)
+    else:
+        if mechanism not in knobs.KNOBS:
+            raise DesignError(f"unknown mechanism {mechanism!r}; known: {', '.join(knobs.KNOBS)}")
+        value, base_args, cand_args, cand_env, state = _candidate(dep, mechanism, value_text, direction, state)
+        knob = knobs.KNOBS[mechanism]
+    if blocks is not None and blocks < 2:
         raise DesignError("at least 2 blocks per arm: the block is the unit of replication")
+    if concurrency is None:
+        concurrency = default_concurrency(mechanism, value) if mechanism else 8
+    exp_id = new_id()
+    fresh = fresh_seed(exp_id) if seed is None else seed
+    primary = readout(mechanism if not aa else None, readout_signal)
+    w = with_seed(workload, fresh, pinned=seed is not None) if workload is not None else \
+        default_workload(mechanism or "aa", block_requests or planning.CONSERVATIVE_REQUESTS, concurrency, fresh)
+    n = block_requests or w.requests or len(plan(w))
+    noise = (calibration.noise(*primary) if calibration is not None else None) or planning.conservative(primary[1])
+    try:
+        p = planning.plan(primary[1], noise, requests_per_block=n, requests_fixed=block_requests is not None,
+                          max_blocks=blocks, effect=effect, sequential=sequential)
+    except planning.PlanError as e:
+        raise DesignError(str(e)) from None
+    if p.requests_per_block != len(plan(w)):
+        w = w.model_copy(update={"requests": p.requests_per_block, "duration_s": None})
+    requests = plan(w)
+    secondary = secondary_readouts(knob, primary) if knob else _aa_secondaries(primary)
+    return Design(id=exp_id, deployment=dep, mechanism=mechanism or "aa", value=value, baseline_args=base_args,
+                  candidate_args=cand_args, candidate_env=cand_env, workload=w, requests=requests,
+                  blocks_per_arm=p.max_blocks, order=block_order(p.max_blocks), warmup_requests=warmup,
+                  primary=primary, secondary=secondary,
+                  guardrails=guardrails or effective_guardrails(dep),
+                  numerics=bool(getattr(knob, "changes_numerics", False)),
+                  fails_means=getattr(knob, "fails_means", "") or "",
+                  direction=(direction or knob.candidate.default) if knob and value_text is None else None,
+                  seed_pinned=seed is not None or (workload is not None and "seed" in workload.model_fields_set),
+                  stopping=p.stopping, plan=p.describe(), aa=aa)
+
+
+def _aa_secondaries(primary: tuple[str, str]) -> list[tuple[str, str]]:
+    """An A/A run reads every headline readout: any verdict of difference among them is a false one."""
+    wanted = [("ttft", "p95"), ("tpot", "p50"), ("e2e", "p95"), ("output_tokens", "per_s")]
+    return [r for r in wanted if r != tuple(primary)]
+
+
+def _candidate(dep: Deployment, mechanism: str, value_text: str | None, direction: str | None,
+               state: EngineState | None):
+    """(value, baseline argv, candidate argv, candidate env, engine state): the one change, refused
+    when the engine lacks it or when it is what the baseline already runs."""
     base_args = list(dep.local.args) if dep.local else []
     if not knobs.supported(mechanism, dep.engine):
         raise DesignError(f"{mechanism} is not supported on {dep.engine}: "
@@ -151,23 +214,7 @@ def design(dep: Deployment, mechanism: str, value_text: str | None, workload: Wo
     cand_args, cand_env = knobs.apply(base_args, mechanism, dep.engine, value)
     if dep.launcher == "local" and cand_args == base_args and not cand_env:
         raise DesignError(f"{mechanism}={value!r} is what the baseline already runs: nothing to compare")
-    if concurrency is None:
-        concurrency = default_concurrency(mechanism, value)
-    exp_id = new_id()
-    w = with_seed(workload, fresh_seed(exp_id) if seed is None else seed, pinned=seed is not None) \
-        if workload is not None else default_workload(mechanism, block_requests, concurrency,
-                                                      fresh_seed(exp_id) if seed is None else seed)
-    requests = plan(w)
-    knob = knobs.KNOBS[mechanism]
-    primary = readout(mechanism, readout_signal)
-    return Design(id=exp_id, deployment=dep, mechanism=mechanism, value=value, baseline_args=base_args,
-                  candidate_args=cand_args, candidate_env=cand_env, workload=w, requests=requests,
-                  blocks_per_arm=blocks, order=block_order(blocks), warmup_requests=warmup, primary=primary,
-                  secondary=secondary_readouts(knob, primary), guardrails=guardrails or effective_guardrails(dep),
-                  numerics=bool(getattr(knob, "changes_numerics", False)),
-                  fails_means=getattr(knob, "fails_means", "") or "",
-                  direction=(direction or knob.candidate.default) if value_text is None else None,
-                  seed_pinned=seed is not None or (workload is not None and "seed" in workload.model_fields_set))
+    return value, base_args, cand_args, cand_env, state
 
 
 def launcher_for(d: Design, journal: Journal, log_dir: Path):

@@ -25,9 +25,11 @@ Methods (chosen by simulation; tests/unit/test_stats.py measures them):
   of each arm with replacement, pools their samples and recomputes the statistic (the same linear-
   interpolation percentile as numpy). A plain percentile interval from so few blocks is too narrow:
   measured on A/A data its false "different" rate was 6-21 % (3-6 blocks per arm). So the interval
-  is a bootstrap-t one with the usual small-cluster corrections: the bootstrap variance of each
-  arm's log statistic is scaled by k/(k-1) (the bootstrap's own downward bias), the two are added,
-  and the half-width uses Student's t with Welch-Satterthwaite degrees of freedom (k-1 per arm).
+  is a Welch t interval with a bootstrap standard error (not a studentized "bootstrap-t": with 3-12
+  blocks per arm there is no stable per-replicate standard error to studentize by, and a nested
+  bootstrap would cost n_boot^2 resamples for little gain): the bootstrap variance of each arm's log
+  statistic is scaled by k/(k-1) (the bootstrap's own downward bias), the two are added, and the
+  half-width uses Student's t with Welch-Satterthwaite degrees of freedom (k-1 per arm).
   Measured A/A false rate 1-5.5 % (3-6 blocks of 20-600 requests, block sigma up to 0.15, and with
   heavier tails: log-normal sigma 1, Pareto 2.5, a 3 % mixture of 8x outliers). Fewer than
   ``MIN_BLOCKS_BOOTSTRAP`` blocks per arm is "inconclusive" (with 2 blocks an arm has 3 distinct
@@ -46,10 +48,16 @@ stated for lower-is-better metrics, mirrored for higher-is-better ones):
   fewer than 2 blocks or ``MIN_SAMPLES`` samples in an arm, an empty block, any NaN / None / inf or
   negative value, a statistic of zero. Missing data never gives "no change" or "improved".
 
-Multiplicity (``judge``): the primary metric, chosen by the symptom, is tested at alpha alone; the
-secondary metrics are corrected with Holm's step-down procedure. Each secondary gets its Holm
-adjusted p, and its CI is recomputed at the level its rank earns (alpha / (m - rank + 1)); it can be
-"improved" or "regressed" only when its adjusted p is <= alpha and that CI says so.
+Multiplicity (``judge``): serial gatekeeping. The primary metric, chosen by the symptom, is tested
+at alpha alone; the secondary metrics are tested only behind a decisive primary ("improved",
+"regressed" or "no change"), as one Holm family at alpha. Each secondary gets its Holm adjusted p,
+and its CI is recomputed at the level its rank earns (alpha / (m - rank + 1)); it can be "improved"
+or "regressed" only when its adjusted p is <= alpha and that CI says so. Behind an inconclusive
+primary every secondary is "inconclusive" (its estimate and interval still shown). The family-wise
+error over the primary and its secondaries is then at most alpha: where the primary's null holds,
+any false call needs the primary's own error (probability <= alpha); where it does not, the
+secondaries alone are a Holm family at alpha. Measured by simulation in tests/unit/test_stats.py and
+benchmarks/stats_calibration.py.
 
 Sequential designs (``sequential``): after each pair of blocks the verdict is recomputed from a
 repeated confidence interval (Jennison & Turnbull) at a nominal level taken from a two-sided
@@ -80,14 +88,14 @@ from pydantic import BaseModel, Field
 from scipy import stats as _st
 
 # The result schema lives with ExperimentResult (no numpy there: the diagnosis model reads it).
-from advisor.experiments.result import MetricResult, Statistic, Verdict
+from advisor.experiments.result import Look, MetricResult, Statistic, Verdict
 
 # Block readouts: one value per block (a rate over the block's own duration, a share of its
 # requests). Judged by the rank test on the block values: each block is one sample, which is what
 # the block as the unit of replication means.
 BLOCK_STATISTICS = ("per_s", "ratio")
 RANK_STATISTICS = ("p50", *BLOCK_STATISTICS)  # judged by Mann-Whitney / Hodges-Lehmann on blocks
-Boundary = Literal["obrien-fleming", "pocock"]
+Boundary = Literal["obrien-fleming", "wang-tsiatis", "pocock"]
 
 MIN_BLOCKS = 2  # per arm, any method
 MIN_BLOCKS_BOOTSTRAP = 3  # per arm, bootstrap over blocks (p95, p99, mean)
@@ -183,8 +191,8 @@ def _method_text(statistic: str) -> str:
         return ("Mann-Whitney U with Hodges-Lehmann shift on log block medians "
                 "(exact distribution-free CI; the block is the unit)")
     what = "pooled mean" if statistic == "mean" else f"pooled {statistic}"
-    return (f"bootstrap over blocks of the {what}, bootstrap-t CI of the log ratio "
-            "(k/(k-1) variance correction, Welch t)")
+    return (f"bootstrap over blocks of the {what}; Welch t interval of the log ratio with the bootstrap "
+            "standard error (k/(k-1) variance correction)")
 
 
 def _data_problem(arm: str, blocks: Sequence[Sequence[float | None]], per_block: bool = False) -> str | None:
@@ -447,13 +455,13 @@ def _unreachable(statistic: str, alpha: float, n_blocks: tuple[int, int]) -> str
 
 
 def judge(primary: MetricResult, secondaries: list[MetricResult], alpha: float = 0.05) -> list[MetricResult]:
-    """[primary, *secondaries] with Holm-adjusted p and verdicts at the adjusted levels.
+    """[primary, *secondaries]: the secondaries gatekept behind the primary, Holm among themselves.
 
-    The primary keeps its own test at alpha (adjusted_p = p_value). Secondaries are ranked by raw p
-    (a missing p ranks last); the r-th of m gets adjusted p = max over ranks <= r of
+    The primary keeps its own test (adjusted_p = p_value). Secondaries are ranked by raw p (a
+    missing p ranks last); the r-th of m gets adjusted p = max over ranks <= r of
     min(1, (m - j + 1) p_(j)) and a CI at level 1 - alpha / (m - r + 1). It is "improved" or
-    "regressed" only when its adjusted p is <= alpha and that CI says so; "no change" when that
-    CI lies inside the margin.
+    "regressed" only when the primary is decisive, its adjusted p is <= alpha and that CI says so;
+    "no change" when the primary is decisive and that CI lies inside the margin.
     """
     first = primary.model_copy(update={"adjusted_p": primary.p_value})
     first._ci_at = primary._ci_at
@@ -469,7 +477,20 @@ def judge(primary: MetricResult, secondaries: list[MetricResult], alpha: float =
             continue
         running = max(running, min(1.0, (m - rank + 1) * res.p_value))
         adjusted[i] = _at_level(res, alpha / (m - rank + 1), running, alpha, m)
+    if primary.verdict == "inconclusive":
+        adjusted = [_gated(r) for r in adjusted]  # type: ignore[arg-type]
     return [first, *adjusted]  # type: ignore[list-item]
+
+
+def _gated(res: MetricResult) -> MetricResult:
+    if res.verdict == "inconclusive":
+        return res
+    out = res.model_copy(update={
+        "verdict": "inconclusive",
+        "reason": f"not tested: secondaries are tested only behind a decisive primary (it would read "
+                  f"{res.verdict}: {res.reason})"})
+    out._ci_at = res._ci_at
+    return out
 
 
 def _at_level(res: MetricResult, level_alpha: float, adj_p: float, alpha: float, m: int) -> MetricResult:
@@ -495,14 +516,6 @@ def _at_level(res: MetricResult, level_alpha: float, adj_p: float, alpha: float,
 
 # --------------------------------------------------------------------------------------------
 # sequential: repeated confidence intervals over a group-sequential boundary
-
-
-class Look(BaseModel):
-    blocks: int = Field(description="blocks per arm at this look")
-    alpha: float = Field(description="nominal two-sided level of this look's interval")
-    verdict: Verdict
-    ratio: float | None
-    ci: tuple[float, float] | None
 
 
 class SequentialResult(BaseModel):
@@ -539,11 +552,16 @@ def boundary_alphas(min_blocks: int, max_blocks: int, alpha: float = 0.05,
     if boundary == "pocock":
         c = float(np.quantile(np.abs(s / np.sqrt(looks)).max(axis=1), 1 - alpha))
         crit = np.full(len(looks), c)
-    elif boundary == "obrien-fleming":
-        big_c = float(np.quantile((np.abs(s) / math.sqrt(max_blocks)).max(axis=1), 1 - alpha))
-        crit = big_c * np.sqrt(max_blocks / looks)
+    elif boundary in ("obrien-fleming", "wang-tsiatis"):
+        # Wang-Tsiatis: c_k = C (k / max_blocks)^(delta - 1/2); delta 0 is O'Brien-Fleming, 1/2 Pocock
+        delta = 0.0 if boundary == "obrien-fleming" else 0.25
+        shape = (looks / max_blocks) ** (delta - 0.5)
+        big_c = float(np.quantile((np.abs(s / np.sqrt(looks)) / shape).max(axis=1), 1 - alpha))
+        crit = big_c * shape
     else:
-        raise ValueError(f"unknown boundary {boundary!r} (use obrien-fleming or pocock)")
+        raise ValueError(f"unknown boundary {boundary!r} (use obrien-fleming, wang-tsiatis or pocock)")
+    if len(looks) == 1:
+        return (alpha,)
     return tuple(float(2 * _st.norm.sf(c)) for c in crit)
 
 
