@@ -61,10 +61,9 @@ def experiment(
     """
     from advisor.errors import AdvisorError
     from advisor.escape import json_text
-    from advisor.experiments import session
+    from advisor.experiments import planning, session
     from advisor.experiments.deployment import load_deployment
     from advisor.experiments.setup import DesignError, design, effective_guardrails
-    from advisor.experiments import planning
     from advisor.reports.experiment_text import render, render_plan, render_plans
     from advisor.units import parse_duration
     from advisor.workload.spec import load_workload

@@ -59,16 +59,19 @@ any false call needs the primary's own error (probability <= alpha); where it do
 secondaries alone are a Holm family at alpha. Measured by simulation in tests/unit/test_stats.py and
 benchmarks/stats_calibration.py.
 
-Sequential designs (``sequential``): after each pair of blocks the verdict is recomputed from a
-repeated confidence interval (Jennison & Turnbull) at a nominal level taken from a two-sided
-group-sequential boundary, O'Brien-Fleming (default) or Pocock, over the planned looks. The
-boundaries are computed once per design from the Brownian-motion approximation (independent
-increments, information = blocks per arm) by Monte Carlo with a fixed seed, so that the probability
-that *any* look's interval misses the true ratio is alpha; a verdict read off any of those
-intervals, at whichever look it stops, holds the overall error rate (measured A/A: 4.0 % over 500
-runs, p50, cap 12 blocks). O'Brien-Fleming is the default because it spends almost nothing early,
-so its cap stays near the fixed horizon (18 vs 17 blocks per arm for a 10 % effect, where Pocock
-needs 21) while saving 10-20 % of the blocks on average (benchmarks/stats_sequential_vs_fixed.py).
+Sequential designs (``sequential`` here; the runner's looks, advisor/experiments/runner.py, use
+the same levels): after each pair of blocks the verdict is recomputed from a repeated confidence
+interval (Jennison & Turnbull) at a nominal level taken from a two-sided group-sequential boundary
+of the Wang-Tsiatis family over the planned looks: O'Brien-Fleming (delta 0), delta 0.25 (the
+runner's default) or Pocock (delta 1/2). The boundaries are computed once per design from the
+Brownian-motion approximation (independent increments, information = blocks per arm) by Monte
+Carlo with a fixed seed, so that the probability that *any* look's interval misses the true ratio
+is alpha; a verdict read off any of those intervals, at whichever look it stops, holds the overall
+error rate (measured A/A: 4.0 % over 500 runs, p50, cap 12 blocks, O'Brien-Fleming). Delta 0.25 is
+the runner's default because it keeps O'Brien-Fleming's cap (13 blocks per arm for a 30 % effect on
+a p95 at the conservative default noise) while stopping earlier on large effects (expected 7.0
+blocks per arm at a 50 % effect against 7.8; Pocock: 6.7, but a cap of 16). See
+advisor/experiments/planning.py and benchmarks/stats_calibration.py.
 
 Design advice that follows from the above (20 % effect, per-request sigma 0.5, block drift 5 %):
 6 blocks x 200 requests per arm detect it in p50 (100 %) and p95 (96 %); p99 needs about 6 x 400

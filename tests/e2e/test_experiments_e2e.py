@@ -50,16 +50,23 @@ def flag(argv: list[str], name: str) -> str | None:
 def test_prefix_caching_on_improves_ttft_with_shared_prefixes(tmp_path, isolated_store):
     with LocalEngine(max_num_seqs=4, extra_args=["--no-enable-prefix-caching"]) as base:
         dep = write_deployment(base, tmp_path / "dep.yaml")
+        # the planned design (no --blocks): sequential looks, stopping at the first decisive one
         code, r = experiment(dep, "--mechanism", "prefix_caching", "--value", "true", "--readout", "ttft_p50",
-                             "--blocks", "6", "--concurrency", "4")
+                             "--concurrency", "4")
         assert code == 0 and r["status"] == "finished"
-        assert r["verdict"] == "improved", (r["ratio"], r["ci"], [m["reason"] for m in r["metrics"]])
+        assert r["verdict"] == "improved", (r["ratio"], r["ci"], [m["reason"] for m in r["metrics"]], r["looks"])
         lo, hi = r["ci"]
         assert lo <= r["ratio"] <= hi < 1
+        stopping = r["manifest"]["stopping"]
+        assert stopping["sequential"] and r["stop_reason"].startswith("decisive at look"), r["stop_reason"]
+        per_arm = len(r["blocks"]) // 2
+        assert per_arm == r["looks"][-1]["blocks"] < stopping["max_blocks_per_arm"], (r["looks"], stopping)
+        assert r["metrics"][0]["level"] == pytest.approx(1 - r["looks"][-1]["alpha"])
         assert r["manifest"]["candidate_argv"].count("--enable-prefix-caching") == 1
         assert "--no-enable-prefix-caching" not in r["manifest"]["candidate_argv"]
-        assert r["manifest"]["per_arm"] == {"baseline": {"blocks": 6, "requests": 192},
-                                            "candidate": {"blocks": 6, "requests": 192}}
+        n = r["manifest"]["workload"]["requests_per_block"]
+        assert r["manifest"]["per_arm"] == {"baseline": {"blocks": per_arm, "requests": per_arm * n},
+                                            "candidate": {"blocks": per_arm, "requests": per_arm * n}}
         assert r["baseline_restored"] and healthy(base.url)
         assert "--no-enable-prefix-caching" in argv_on(base.port)
         assert listener(yaml.safe_load(dep.read_text())["local"]["candidate_port"]) is None, "candidate stopped"
@@ -78,18 +85,25 @@ def test_max_num_seqs_raised_under_a_queue_improves_ttft(tmp_path, local_engine,
 
     with open_store(os.environ["ADVISOR_DB_URL"]) as store:
         runs = store.list_load_runs(limit=100)
-        assert len(runs) == 12, "every block's samples are stored"
+        assert len(runs) == len(r["blocks"]) >= 10, "every block's samples are stored"
 
 
 def test_a_a_gives_no_verdict_of_difference(local_engine, tmp_path, isolated_store):
+    """--aa against a baseline the advisor did not start (both arms at its URL): never a verdict of
+    difference, and the noise it measured is what the next plan uses."""
     dep = tmp_path / "aa.yaml"
     dep.write_text(yaml.safe_dump({"name": "aa", "engine": "vllm", "model": "tiny-llama", "launcher": "endpoints",
                                    "endpoints": {"baseline": local_engine.url, "candidate": local_engine.url}}))
-    code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "8", "--readout", "ttft_p50",
-                         "--block-requests", "24", "--concurrency", "4")
+    code, r = experiment(dep, "--aa", "--readout", "ttft_p50", "--block-requests", "24", "--concurrency", "4")
     assert code == 0
-    assert r["verdict"] in ("no change", "inconclusive"), (r["ratio"], r["ci"])
+    assert r["verdict"] in ("no change", "inconclusive"), (r["ratio"], r["ci"], r["looks"])
     assert all(m["verdict"] in ("no change", "inconclusive") for m in r["metrics"]), r["metrics"]
+    noise = {(c["metric"], c["statistic"]): c for c in r["calibration"]}
+    assert noise[("ttft", "p50")]["blocks"] == len(r["blocks"]) and noise[("ttft", "p50")]["block_sd"] > 0
+    plans = runner.invoke(app, ["experiment", "--deployment", str(dep), "--plan", "--output", "json"])
+    rows = {(x["metric"], x["statistic"]): x for x in json.loads(plans.stdout)}
+    assert rows[("ttft", "p50")]["noise_source"].startswith(f"A/A calibration {r['id']}"), rows[("ttft", "p50")]
+    assert healthy(local_engine.url)
 
 
 def test_candidate_killed_mid_run_aborts_keeps_samples_and_baseline_serves(tmp_path, local_engine, isolated_store):
