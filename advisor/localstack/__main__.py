@@ -64,18 +64,48 @@ def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline:
         totals.first_error = totals.first_error or r.first_error
 
 
+RESTORE_WAIT_S = 300  # an interrupted experiment restores its baseline first: give it the time
+
+
 def run_diagnosis(prom_url: str, window: int, deployment: Path | None) -> int:
     cmd = [sys.executable, "-m", "advisor.cli", "diagnose", "--prom-url", prom_url, "--window", f"{window}s"]
     if deployment:
         cmd += ["--deployment", str(deployment), "--experiment", "1"]
     log("running: advisor " + " ".join(cmd[3:]))
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     try:
-        rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, timeout=1500).returncode
+        rc = proc.wait(timeout=1500)
     except subprocess.TimeoutExpired:
-        log("the diagnosis ran past 1500 s; stopped it")
+        log("the diagnosis ran past 1500 s; stopping it (its experiment restores the baseline first)")
+        _stop_child(proc)
         return 1
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM): never SIGKILL the diagnosis at once, as subprocess.run
+        # would; its experiment must stop the candidate it started and restore the baseline.
+        log("stopping the diagnosis; its experiment restores the baseline first")
+        _stop_child(proc)
+        raise
     # 1 means symptoms were found: that is the diagnosis working, not failing.
     return 0 if rc in (0, 1) else rc
+
+
+def _stop_child(proc: subprocess.Popen) -> None:
+    """SIGTERM (the advisor's interrupt: it restores, then exits 143), then wait; SIGKILL only past
+    RESTORE_WAIT_S. A second Ctrl-C meanwhile does not cut the wait short."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + RESTORE_WAIT_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            break
+        except (KeyboardInterrupt, SystemExit):  # SystemExit: our own SIGTERM handler
+            log("still restoring the baseline; waiting for it")
+    if proc.poll() is None:
+        log(f"the diagnosis did not finish within {RESTORE_WAIT_S} s of the interrupt; killing it")
+        proc.kill()
+        proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
