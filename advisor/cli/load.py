@@ -54,6 +54,7 @@ def load(
     warmup: Annotated[Optional[str], typer.Option("--warmup", help="Exclude requests scheduled in the first N seconds, e.g. 5s (0 for none).")] = None,
     export: Annotated[Optional[Path], typer.Option("--export", help="Write every request's record to FILE (.jsonl, .csv or .parquet); its folder is checked before the run.")] = None,
     save: Annotated[bool, typer.Option("--save", help="Keep the run and its samples in the store.")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Processes that share the one arrival process (requests dealt round-robin, one clock): about one core each, for rates one core cannot hold. Validity is judged over all of them.")] = 1,
     output: Annotated[Output, typer.Option("--output", "-o", help="text: a summary table by bucket; json: the summary with generator validity.")] = Output.text,
 ) -> None:
     """Replay a workload against a target and report client-side TTFT, TPOT, ITL, E2E and goodput per bucket.
@@ -102,7 +103,10 @@ def load(
     if output is Output.json:
         err.print(f"[dim]{escape.markup(job.describe())}[/]", highlight=False)
     with interrupts.budget(run_budget(job), "the load run"):
-        result = run_load(execute.run_with_progress(job, err))
+        if workers > 1:
+            result = execute.run_workers_with_progress(job, err, workers)
+        else:
+            result = run_load(execute.run_with_progress(job, err))
     if result.summary.overall.requests == 0:
         raise fail(f"no request reached {target}: {next(iter(result.summary.errors_seen), 'nothing was sent')}")
     if export:

@@ -126,13 +126,17 @@ class CheckVerdict(BaseModel):
     baseline_restored: bool | None = None
     manifest: dict = {}
     metrics: list[MetricResult] = []
+    looks: list[Look] = []
+    stop_reason: str | None = None
+    level: float | None = Field(default=None, description="confidence level of `ci` (the last look's)")
 
     @classmethod
     def of(cls, r: ExperimentResult) -> CheckVerdict:
         return cls(verdict=r.verdict, primary_metric=r.primary_metric, ratio=r.ratio, ci=r.ci, value=r.value,
                    experiment=r.id, status=r.status, reason=r.reason, fails_means=r.fails_means,
                    workload=(r.manifest.get("workload") or {}).get("source"), baseline_restored=r.baseline_restored,
-                   manifest=r.manifest, metrics=r.metrics)
+                   manifest=r.manifest, metrics=r.metrics, looks=r.looks, stop_reason=r.stop_reason,
+                   level=r.metrics[0].level if r.metrics else None)
 
 
 class CheckSkip(BaseModel):

@@ -156,16 +156,19 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                 raise Aborted(f"guardrail: the experiment ran past {design.guardrails.max_duration_s:.0f}s")
             if sent + len(design.requests) > design.guardrails.max_requests:
                 raise Aborted(f"guardrail: the next block would pass {design.guardrails.max_requests} requests")
-            say(f"{arm} block {b + 1} (at most {design.blocks_per_arm}): bringing the {arm} up")
+            say(f"{arm} block {b + 1} of at most {design.blocks_per_arm}")
             starts, t0 = launcher.starts, time.monotonic()
             url = launcher.bring_up(arm)
             if launcher.starts != starts:
                 cold.add(arm)
                 restart[arm] = time.monotonic() - t0
+                say(f"{arm} started in {restart[arm]:.0f}s")
             target = Target(url=url, model=design.deployment.model, api=design.workload.api)
             warmed_now = 0
             if arm in cold:
                 a = design.workload.arrival
+                if warm_reqs:
+                    say(f"warming the {arm} up: {len(warm_reqs)} requests, not measured")
                 _warmup(target, warm_reqs, warm_prompts, a.concurrency or 4)
                 warmed_now = len(warm_reqs)
                 if design.numerics and arm not in outputs:

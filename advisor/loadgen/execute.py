@@ -120,6 +120,23 @@ async def run_with_progress(job: Job, console: Console, should_abort=None) -> Re
     return Result(run=r, summary=summary, manifest=build_manifest(job, summary), started_at=started)
 
 
+def run_workers_with_progress(job: Job, console: Console, workers: int, should_abort=None) -> Result:
+    """run_with_progress over `workers` processes (advisor/loadgen/workers.py)."""
+    from advisor.loadgen.workers import run_workers
+
+    started = datetime.now(timezone.utc)
+    columns = [TextColumn(f"[dim]load, {workers} workers[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("requests", total=len(job.requests))
+        r = run_workers(job.target, job.requests, job.prompts, workers=workers, concurrency=job.concurrency,
+                        duration_s=job.duration_s if job.concurrency else None,
+                        progress=lambda done, total: bar.update(task, completed=done), should_abort=should_abort)
+    summary = summarize(r, warmup_s=job.warmup_s)
+    manifest = build_manifest(job, summary)
+    manifest["load_workers"] = workers
+    return Result(run=r, summary=summary, manifest=manifest, started_at=started)
+
+
 def build_manifest(job: Job, summary: Summary) -> dict:
     w = job.workload
     return {

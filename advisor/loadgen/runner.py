@@ -45,8 +45,13 @@ class Target:
 async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int, str], *,
               concurrency: int | None = None, duration_s: float | None = None,
               progress: Progress | None = None, should_abort: Callable[[], str | None] | None = None,
-              max_in_flight: int = 1024, transport: httpx.AsyncBaseTransport | None = None) -> Run:
-    """Send `requests` (open loop by their at_s, or closed loop with `concurrency` slots)."""
+              max_in_flight: int = 1024, transport: httpx.AsyncBaseTransport | None = None,
+              start_at: float | None = None, on_done: Callable[[RequestRecord], None] | None = None) -> Run:
+    """Send `requests` (open loop by their at_s, or closed loop with `concurrency` slots).
+
+    start_at: the unix time of the schedule's origin (default: once the clients exist), so that
+    several processes can keep one arrival process (advisor/loadgen/workers.py); on_done: called
+    with each record as its request ends."""
     url = target.url.rstrip("/")
     records = [RequestRecord(r.index, r.bucket, r.prompt_tokens, r.output_tokens, r.at_s,
                              prefix_group=r.prefix_group) for r in requests]
@@ -65,6 +70,8 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
         await client.send(pools[req.index % shards], url, target.api, payload, rec, t0, req.cancel_after_tokens,
                           target.request_timeout_s)
         done += 1
+        if on_done:
+            on_done(rec)
         if progress:
             progress(done, len(requests))
 
@@ -82,8 +89,12 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
                  for _ in range(shards)]
         # The clock starts once the clients exist (they share one SSL context, built by the first):
         # no send is late for the set-up.
-        started_at = time.time()
-        t0 = time.perf_counter()
+        if start_at is None:
+            started_at, t0 = time.time(), time.perf_counter()
+        else:  # the same origin in every process: perf_counter's offset to the wall clock is read once here
+            started_at, t0 = start_at, time.perf_counter() + (start_at - time.time())
+            if t0 > time.perf_counter():
+                await asyncio.sleep(t0 - time.perf_counter())
         if concurrency:
             queue = iter(zip(requests, records))
 

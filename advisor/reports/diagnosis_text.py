@@ -45,10 +45,16 @@ def render(d: Diagnosis, console: Console) -> None:
                 v = c.verdict
                 ci = _e(f"[{v.ci[0]:.2f}, {v.ci[1]:.2f}]") if v.ci else "-"
                 ratio = f"{v.ratio:.2f}" if v.ratio is not None else "-"
+                level = f"{100 * v.level:.3g}%" if v.level else "95%"
                 console.print(f"\n[bold]Experiment for check #{c.rank}[/] ({_e(c.mechanism)} -> {_e(v.value)}): "
                               f"[bold]{_e(v.verdict.upper())}[/] on {_e(v.primary_metric)}, candidate/baseline {ratio}, "
-                              f"95% CI {ci}; {_e(v.status)}, baseline restored: {_e(v.baseline_restored)}  "
+                              f"{level} CI {ci}; {_e(v.status)}, baseline restored: {_e(v.baseline_restored)}  "
                               f"[dim]{_e(v.experiment)}[/]", highlight=False)
+                if v.stop_reason:
+                    used = sum(look.requests or 0 for look in v.looks[-1:])
+                    console.print(f"  [dim]stopped: {_e(v.stop_reason)}"
+                                  + (f"; {len(v.looks)} look{'s' if len(v.looks) != 1 else ''}, {used} requests"
+                                     if v.looks else "") + "[/]", highlight=False)
                 if v.workload:
                     console.print(f"  [dim]workload: {_e(v.workload)}[/]", highlight=False)
                 if v.verdict == "inconclusive" and v.reason:
