@@ -8,9 +8,8 @@ import contextlib
 import json
 import time
 
-import httpx
-
 from advisor.loadgen.record import RequestRecord
+from advisor.loadgen.wire import TRANSPORT_ERRORS, Pool, WireError
 
 
 def _within(seconds: float | None):
@@ -43,16 +42,17 @@ def _tokens_in(chunk: dict, api: str) -> bool:
     return False
 
 
-async def send(client: httpx.AsyncClient, url: str, api: str, payload: dict, rec: RequestRecord,
-               t0: float, cancel_after: int | None = None, deadline_s: float | None = None) -> None:
-    """deadline_s bounds the whole request (connect, headers, every chunk): httpx's timeouts are per
-    read, so a server that dribbles a byte a second would otherwise hold a request forever."""
+async def send(pool: Pool, api: str, payload: dict, rec: RequestRecord, t0: float,
+               cancel_after: int | None = None, deadline_s: float | None = None) -> None:
+    """deadline_s bounds the whole request (connect, headers, every chunk): a server that dribbles a
+    byte a second would otherwise hold a request forever."""
     path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
+    body = json.dumps(payload, separators=(",", ":")).encode()
     rec.sent_s = time.perf_counter() - t0
     streamed = 0
     usage = None
     try:
-        async with _within(deadline_s), client.stream("POST", url + path, json=payload) as r:
+        async with _within(deadline_s), pool.stream(path, body) as r:
             rec.http_status = r.status_code
             if r.status_code != 200:
                 text = (await r.aread()).decode(errors="replace")
@@ -82,11 +82,11 @@ async def send(client: httpx.AsyncClient, url: str, api: str, payload: dict, rec
                         break  # leaving the context closes the connection mid-stream
             else:
                 rec.status, rec.error = "error", "stream ended without [DONE]"
-    except httpx.TimeoutException:
-        rec.status, rec.error = "error", "timed out"
     except TimeoutError:
         rec.status, rec.error = "error", f"no complete answer within its deadline of {deadline_s:g}s"
-    except httpx.HTTPError as e:
+    except WireError as e:
+        rec.status, rec.error = "error", f"ProtocolError: {str(e)[:200]}"
+    except TRANSPORT_ERRORS as e:
         rec.status, rec.error = "error", f"{type(e).__name__}: {str(e)[:200] or 'connection failed'}"
     except json.JSONDecodeError:
         rec.status, rec.error = "error", "malformed stream chunk (not JSON)"

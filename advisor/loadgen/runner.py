@@ -4,22 +4,18 @@ start time, so sleep jitter never accumulates into drift; the lag of every send 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
-
 from advisor import net
 from advisor.loadgen import client
 from advisor.loadgen.record import RequestRecord
+from advisor.loadgen.wire import Pool
 from advisor.workload.plan import PlannedRequest
 from probes.http import HttpConfig
-from probes.http import async_client as http_client
 
 Progress = Callable[[int, int], None]
-POOL_SHARDS = 8
 
 
 @dataclass
@@ -45,8 +41,8 @@ class Target:
 async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int, str], *,
               concurrency: int | None = None, duration_s: float | None = None,
               progress: Progress | None = None, should_abort: Callable[[], str | None] | None = None,
-              max_in_flight: int = 1024, transport: httpx.AsyncBaseTransport | None = None,
-              start_at: float | None = None, on_done: Callable[[RequestRecord], None] | None = None) -> Run:
+              max_in_flight: int = 1024, start_at: float | None = None,
+              on_done: Callable[[RequestRecord], None] | None = None) -> Run:
     """Send `requests` (open loop by their at_s, or closed loop with `concurrency` slots).
 
     start_at: the unix time of the schedule's origin (default: once the clients exist), so that
@@ -55,20 +51,13 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
     url = target.url.rstrip("/")
     records = [RequestRecord(r.index, r.bucket, r.prompt_tokens, r.output_tokens, r.at_s,
                              prefix_group=r.prefix_group) for r in requests]
-    # Several small pools, not one large one: httpcore matches each request against every
-    # connection of its pool, so one pool's cost per request grows with the connections open.
-    shards = max(1, min(POOL_SHARDS, max_in_flight))
-    per_shard = -(-max_in_flight // shards)
-    limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=min(per_shard, 64))
-    timeout = httpx.Timeout(target.request_timeout_s, connect=10.0)
     done = 0
     aborted: str | None = None
 
     async def one(req: PlannedRequest, rec: RequestRecord) -> None:
         nonlocal done
         payload = client.body(target.api, target.model, prompts[req.index], req.output_tokens, target.extra_body)
-        await client.send(pools[req.index % shards], url, target.api, payload, rec, t0, req.cancel_after_tokens,
-                          target.request_timeout_s)
+        await client.send(pool, target.api, payload, rec, t0, req.cancel_after_tokens, target.request_timeout_s)
         done += 1
         if on_done:
             on_done(rec)
@@ -81,14 +70,9 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
             aborted = should_abort()
         return aborted is not None or (duration_s is not None and time.perf_counter() - t0 >= duration_s)
 
-    async with contextlib.AsyncExitStack() as stack:
-        # TLS settings and credentials only: the per-request deadline is client.send's own.
-        http = target.http or net.config("engine", url=url)
-        pools = [await stack.enter_async_context(http_client(http, deadline=False, limits=limits, timeout=timeout,
-                                                             transport=transport))
-                 for _ in range(shards)]
-        # The clock starts once the clients exist (they share one SSL context, built by the first):
-        # no send is late for the set-up.
+    # TLS settings and credentials only: the per-request deadline is client.send's own.
+    pool = Pool(url, target.http or net.config("engine", url=url))
+    try:
         if start_at is None:
             started_at, t0 = time.time(), time.perf_counter()
         else:  # the same origin in every process: perf_counter's offset to the wall clock is read once here
@@ -121,6 +105,8 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
                 task.add_done_callback(lambda t: (tasks.discard(t), sem.release()))
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        pool.close()
     wall = time.perf_counter() - t0
     span = None if concurrency else max((r.at_s for r in requests if r.at_s is not None), default=0.0)
     return Run(records=records, started_at=started_at, wall_s=wall, planned_span_s=span, aborted=aborted)
