@@ -182,9 +182,10 @@ def measured(tool: str, rate: float, mock: Mock, argv: list[str], env: dict | No
     return Trial(tool, rate, held, achieved, why, wall, tool_cpu, mock_cpu, other, extra)
 
 
-def ours_trial(mock: Mock, rate: float, args, lag_bound: bool = True) -> Trial:
-    argv = pinned(args.client_cpu, [sys.executable, str(Path(__file__).resolve()), "--_ours", mock.url,
-                                    str(rate), str(args.duration), str(args.prompt_tokens)])
+def ours_trial(mock: Mock, rate: float, args, lag_bound: bool = True, workers: int = 1) -> Trial:
+    cpus = str(args.client_cpu) if workers == 1 else ",".join(map(str, args.worker_cpus[:workers]))
+    argv = ["taskset", "-c", cpus, sys.executable, str(Path(__file__).resolve()), "--_ours", mock.url,
+            str(rate), str(args.duration), str(args.prompt_tokens), str(workers)]
 
     def judge(out: str):
         r = json.loads(out.strip().splitlines()[-1])
@@ -196,10 +197,11 @@ def ours_trial(mock: Mock, rate: float, args, lag_bound: bool = True) -> Trial:
                f"lag p50 {r['lag_p50_s'] * 1000:.1f} ms p99 {lag * 1000:.1f} ms")
         return held, r["throughput"], why, r
 
-    return measured("ours" if lag_bound else "ours-rate", rate, mock, argv, None, judge)
+    name = ("ours" if lag_bound else "ours-rate") + (f"-x{workers}" if workers > 1 else "")
+    return measured(name, rate, mock, argv, None, judge)
 
 
-def _ours_child(url: str, rate: float, duration: float, prompt_tokens: int) -> None:
+def _ours_child(url: str, rate: float, duration: float, prompt_tokens: int, workers: int = 1) -> None:
     """One trial of our generator (runs in its own pinned process): prints one JSON line."""
     from advisor.loadgen.metrics import summarize
     from advisor.loadgen.runner import Target, run
@@ -212,7 +214,13 @@ def _ours_child(url: str, rate: float, duration: float, prompt_tokens: int) -> N
     words = ["the", "model", "serves", "tokens", "from", "a", "queue", "with", "latency"]
     prompts = {q.index: f"request {q.index} " + " ".join(words[i % len(words)] for i in range(prompt_tokens))
                for q in reqs}
-    r = run_load(run(Target(url, "tiny-llama", request_timeout_s=60), reqs, prompts))
+    target = Target(url, "tiny-llama", request_timeout_s=60)
+    if workers > 1:
+        from advisor.loadgen.workers import run_workers
+
+        r = run_workers(target, reqs, prompts, workers=workers)
+    else:
+        r = run_load(run(target, reqs, prompts))
     g = summarize(r).generator
     ok = sum(x.status == "ok" for x in r.records)
     print(json.dumps({"planned": len(reqs), "ok": ok, "wall_s": r.wall_s, "throughput": ok / r.wall_s,
@@ -408,6 +416,12 @@ def tool_trial(tool: str, mock: Mock, args, work: Path):
         return (lambda r: ours_trial(mock, r, args)), "lag p99 <= 5 ms"
     if tool == "ours-rate":
         return (lambda r: ours_trial(mock, r, args, lag_bound=False)), "rate only, like the peers"
+    if tool.startswith("ours-x"):
+        n = int(tool[len("ours-x"):])
+        if len(args.worker_cpus) < max(4, n):
+            return None, (f"{n} workers need at least {max(4, n)} free cores besides the mock's; this machine has "
+                          f"{len(args.worker_cpus)}: measured with one worker only (the 'ours' row)")
+        return (lambda r: ours_trial(mock, r, args, workers=n)), f"{n} processes on {n} cores, lag p99 <= 5 ms"
     if tool == "vllm":
         if not (paths.engine_venv() / "bin" / "vllm").exists():
             return None, f"cannot run: no engine venv at {paths.engine_venv()} (scripts/setup-engine.sh)"
@@ -437,11 +451,13 @@ def main() -> int:
     ap.add_argument("--no-engine", action="store_true", help="skip the TTFT check on the live CPU engine")
     ap.add_argument("--engine-requests", type=int, default=41)
     ap.add_argument("--work", type=Path, default=paths.advisor_home() / "bench")
-    ap.add_argument("--_ours", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--workers", type=int, default=2, help="also measure ours with this many worker processes "
+                    "(the 'ours-xN' row; needs max(4, N) free cores besides the mock's)")
+    ap.add_argument("--_ours", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._ours:
-        url, rate, duration, prompt_tokens = args._ours
-        _ours_child(url, float(rate), float(duration), int(prompt_tokens))
+        url, rate, duration, prompt_tokens, workers = args._ours
+        _ours_child(url, float(rate), float(duration), int(prompt_tokens), int(workers))
         return 0
 
     cpus = sorted(os.sched_getaffinity(0))
@@ -451,7 +467,10 @@ def main() -> int:
     if shutil.which("taskset") is None:
         print("taskset (util-linux) is needed to pin each tool to one core")
         return 2
+    args.worker_cpus = [c for c in cpus if c != args.mock_cpu]
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    if args.workers > 1 and "ours" in tools and f"ours-x{args.workers}" not in tools:
+        tools.insert(tools.index("ours") + 1, f"ours-x{args.workers}")
     starts = dict(kv.split("=") for kv in args.start.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="loadgen-rate-", dir=args.work))
@@ -494,6 +513,9 @@ def main() -> int:
         ratio = "-" if mine or not (ours and best) else f"{ours / best:.2f}"
         ratio_rate = "-" if mine or not (ours_rate and best) else f"{ours_rate / best:.2f}"
         print(f"| {tool}{f' ({note})' if note else ''} | {shown} | {len(trials)} | {ratio} | {ratio_rate} |")
+    multi = results.get(f"ours-x{args.workers}", (None,))[0]
+    if multi and ours:
+        print(f"\nours with {args.workers} workers / ours on one core: {multi / ours:.2f} (target >= 1.8 for 2)")
     for tool, (best, trials, _) in results.items():
         at = [t for t in trials if t.rate == best]
         if at:

@@ -100,10 +100,11 @@ class Design:
         return [
             f"experiment {self.id} on {self.deployment.name} ({self.deployment.engine}, {self.deployment.launcher} launcher"
             + (f", {self.deployment.local.arms} arms" if self.deployment.local else "") + ")",
-            f"mechanism {self.mechanism} -> {self.value!r}"
-            + (f" (direction {self.direction}, from the baseline's current value)" if self.direction else "")
+            ("A/A: both arms run the baseline's configuration, to measure the target's noise" if self.aa else
+             f"mechanism {self.mechanism} -> {self.value!r}"
+             + (f" (direction {self.direction}, from the baseline's current value)" if self.direction else ""))
             + f"; primary readout {self.primary[0]} {self.primary[1]}",
-            "secondary readouts (Holm): " + (", ".join(f"{m} {st}" for m, st in self.secondary) or "none"),
+            "secondary readouts (behind a decisive primary, Holm among them): " + (", ".join(f"{m} {st}" for m, st in self.secondary) or "none"),
             f"baseline argv: {' '.join(self.baseline_args) or '(none)'}",
             f"candidate argv: {' '.join(self.candidate_args) or '(none)'}"
             + (f"  env {self.candidate_env}" if self.candidate_env else ""),

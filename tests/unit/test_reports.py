@@ -69,3 +69,20 @@ def test_healthy_text():
     healthy = diagnose(snapshot_for({"signals": {"ttft_p95": 0.2, "tpot_p95": 0.01}}), load_rules(), SLO())
     render_text(healthy, Console(file=buf, width=160))
     assert "Healthy" in buf.getvalue()
+
+
+def test_where_the_experiment_stopped_is_in_text_and_markdown():
+    from advisor.experiments.result import Look
+
+    d = diagnosis(True)
+    d.checks[0].verdict = d.checks[0].verdict.model_copy(update={
+        "looks": [Look(blocks=3, alpha=0.001, verdict="inconclusive", ratio=0.6, ci=(0.2, 1.9), requests=402),
+                  Look(blocks=4, alpha=0.003, verdict="improved", ratio=0.55, ci=(0.4, 0.8), requests=536)],
+        "stop_reason": "decisive at look 2 (4 of at most 13 blocks per arm): improved", "level": 0.997})
+    buf = io.StringIO()
+    render_text(d, Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert "99.7% CI" in text and "stopped: decisive at look 2 (4 of at most 13 blocks per arm)" in text
+    assert "2 looks, 536 requests" in text
+    md = render_md("diagnosis.md.j2", d=d)
+    assert "stopped: decisive at look 2" in md
