@@ -509,6 +509,10 @@ def main() -> int:
             print(f"| {tool} | - | 0 | {note} | |")
             continue
         shown = f"{best:g}" if best is not None else f"< {min(t.rate for t in trials):g}"
+        crashed = [t for t in trials if t.why.startswith("exit ")]
+        if best is None and len(crashed) == len(trials):
+            code = crashed[0].why.split(":")[0]
+            shown = f"did not run ({code}" + ("; SIGILL: an instruction this CPU lacks" if code == "exit -4" else "") + ")"
         mine = tool.startswith("ours")
         ratio = "-" if mine or not (ours and best) else f"{ours / best:.2f}"
         ratio_rate = "-" if mine or not (ours_rate and best) else f"{ours_rate / best:.2f}"

@@ -37,7 +37,11 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
 
     workload = _replay_workload(diag, say)
     state = EngineState.from_info(diag.engine) if diag.engine else None
-    cal = session.stored_calibration(dep)
+    try:
+        cal = session.stored_calibration(dep)
+    except AdvisorError as e:  # the diagnosis is kept: plan from the stated default instead
+        say(f"{e}; planning from the conservative default")
+        cal = None
     done = 0
     for check in diag.checks:
         if done >= n:
