@@ -9,7 +9,8 @@ primary readout and three secondaries, each block's per-request latencies log-no
 a random block effect (--drift, the machine drifting between blocks) and heavy tails (a --outliers
 share of requests 8x slower); the candidate's latencies are the baseline's times the true ratio. The
 design (blocks per arm, requests per block, looks) comes from advisor.experiments.planning.plan for
---plan-effect, from the noise the simulation has (what an A/A calibration would measure). The
+--plan-effect, from the noise a simulated A/A calibration measures (12 blocks per arm, as
+advisor/experiments/calibration.py measures a real target). The
 sequential design looks after every pair of blocks at its boundary level and stops at the first
 decisive primary; the fixed one looks once, at the maximum. Secondaries are judged behind the
 primary at the stopping look's level (stats.judge: gatekeeping, Holm among them).
@@ -96,14 +97,24 @@ def evaluate(plan: planning.Plan, args, rng) -> dict:
     }
 
 
-def noise_of(args) -> planning.Noise:
-    """The simulation's true noise on the planner's scale (an A/A calibration's estimate of it)."""
-    q = {"p50": 0.5, "p95": 0.95, "p99": 0.99}.get(args.statistic)
-    from scipy import stats as st
+def noise_of(args, rng) -> planning.Noise:
+    """What an A/A calibration of the simulated target measures (advisor/experiments/calibration.py):
+    12 blocks per arm, the log of each block's statistic, its spread between blocks around each
+    arm's mean, and its within-block bootstrap SD."""
+    from advisor.experiments.calibration import _sampling_var, _statistic
 
-    factor = math.sqrt(q * (1 - q)) / st.norm.pdf(st.norm.ppf(q)) if q else 1.0
-    return planning.Noise(drift=args.drift, sampling=factor * args.sigma / math.sqrt(args.requests),
-                          requests=args.requests, source="the simulation's own noise")
+    logs, sampling, dof = [], [], 0
+    for _ in range(2):
+        blocks = [np.asarray(b) for b in arm(rng, 12, args.requests, args)]
+        arm_logs = [math.log(_statistic(b, args.statistic)) for b in blocks]
+        mean = sum(arm_logs) / len(arm_logs)
+        logs += [x - mean for x in arm_logs]
+        dof += len(arm_logs) - 1
+        sampling += [v for b in blocks if (v := _sampling_var(b, args.statistic, rng)) is not None]
+    block_var = sum(d * d for d in logs) / dof
+    sampling_var = min(float(np.mean(sampling)), block_var)
+    return planning.Noise(drift=math.sqrt(block_var - sampling_var), sampling=math.sqrt(sampling_var),
+                          requests=args.requests, source="a simulated A/A calibration (12 blocks per arm)")
 
 
 def main() -> int:
@@ -119,7 +130,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    noise = noise_of(args)
+    noise = noise_of(args, np.random.default_rng(args.seed + 1))
     out = {}
     started = time.monotonic()
     for name, seq in (("fixed", False), ("sequential", True)):
@@ -129,6 +140,8 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
+    print(f"noise planned from: block log-SD {noise.sd(args.requests):.3f} at {args.requests} requests "
+          f"(drift {noise.drift:.3f}, sampling {noise.sampling:.3f}), {noise.source}")
     print(f"{args.runs} simulated experiments per effect; primary {args.statistic}, 3 p50 secondaries; "
           f"sigma {args.sigma}, drift {args.drift}, {args.outliers:.0%} outliers x8; designs planned for a "
           f"{args.plan_effect:.0%} effect; {time.monotonic() - started:.0f} s")

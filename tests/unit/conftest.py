@@ -9,3 +9,24 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-0.32.0-cpu"
 def capture():
     """Text of a real vLLM 0.32.0 CPU /metrics capture, by file stem."""
     return lambda stem: (FIXTURES / f"{stem}.txt").read_text()
+
+
+@pytest.fixture
+def at_root(monkeypatch):
+    """Run from the project's root: fake engines start as `python -m tests.support...`."""
+    from tests.support.servers import ROOT
+
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.fixture
+def ports():
+    """Ports a test had engines listen on; whatever still listens there afterwards is stopped."""
+    from advisor.experiments.launchers import stop_pid
+    from tests.support.servers import listener
+
+    used: list[int] = []
+    yield used
+    for p in used:
+        if listener(p):
+            stop_pid(listener(p))

@@ -15,23 +15,10 @@ from advisor.experiments.launchers import LocalLauncher, healthy, stop_pid
 from advisor.experiments.runner import execute
 from advisor.workload.plan import plan
 from advisor.workload.spec import Workload
-from tests.support.servers import ROOT, free_port, listener
+from tests.support.servers import free_port, listener
 
 FAKE = [sys.executable, "-m", "tests.support.fake_openai"]
-
-
-@pytest.fixture(autouse=True)
-def _cwd(monkeypatch):
-    monkeypatch.chdir(ROOT)
-
-
-@pytest.fixture
-def ports():
-    used = []
-    yield used
-    for p in used:
-        if listener(p):
-            stop_pid(listener(p))
+pytestmark = pytest.mark.usefixtures("at_root")
 
 
 def make(tmp_path, ports, base_args, cand_args, blocks=4, guard=None) -> tuple[Design, LocalLauncher, Journal]:

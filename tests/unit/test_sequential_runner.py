@@ -13,29 +13,15 @@ from advisor.experiments import planning
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.design import Design, block_order
 from advisor.experiments.journal import Journal
-from advisor.experiments.launchers import LocalLauncher, stop_pid
+from advisor.experiments.launchers import LocalLauncher
 from advisor.experiments.runner import execute
 from advisor.workload.plan import plan
 from advisor.workload.spec import Workload
-from tests.support.servers import ROOT, free_port, listener
+from tests.support.servers import free_port, listener
 from tests.unit.test_experiment_runner import FAKE, make
 
+pytestmark = pytest.mark.usefixtures("at_root")
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def _cwd(monkeypatch):
-    monkeypatch.chdir(ROOT)
-
-
-@pytest.fixture
-def ports():
-    used = []
-    yield used
-    for p in used:
-        if listener(p):
-            stop_pid(listener(p))
-
 
 @pytest.fixture
 def data_dir(tmp_path, monkeypatch):
