@@ -100,4 +100,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # the experiment restored its baseline and the engine was stopped
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -196,6 +196,7 @@ def plan(statistic: str, noise: Noise, *, requests_per_block: int, requests_fixe
 class PlanRow:
     metric: str
     statistic: str
+    noise: Noise
     plan: Plan | None
     problem: str | None
 
@@ -209,9 +210,9 @@ def table(calibration, effect: float, requests_per_block: int | None) -> list[Pl
         noise = (calibration.noise(metric, statistic) if calibration is not None else None) or conservative(statistic)
         n = requests_per_block or noise.requests
         try:
-            rows.append(PlanRow(metric, statistic, plan(statistic, noise, requests_per_block=n,
-                                                        requests_fixed=requests_per_block is not None,
-                                                        effect=effect), None))
+            rows.append(PlanRow(metric, statistic, noise, plan(statistic, noise, requests_per_block=n,
+                                                               requests_fixed=requests_per_block is not None,
+                                                               effect=effect), None))
         except PlanError as e:
-            rows.append(PlanRow(metric, statistic, None, str(e)))
+            rows.append(PlanRow(metric, statistic, noise, None, str(e)))
     return rows

@@ -99,11 +99,11 @@ def render_plans(rows, console: Console, as_json: bool = False) -> None:
         from advisor.escape import json_text
 
         print(json_text([{"metric": r.metric, "statistic": r.statistic, "problem": r.problem,
+                          "noise_source": r.noise.source, "noise_requests_per_block": r.noise.requests,
+                          "block_log_sd": r.noise.sd(r.plan.requests_per_block if r.plan else r.noise.requests),
                           **({"max_blocks_per_arm": r.plan.max_blocks, "requests_per_block": r.plan.requests_per_block,
                               "first_look": r.plan.stopping.first_look, "power": r.plan.power,
-                              "expected_blocks_per_arm": r.plan.expected_blocks,
-                              "block_log_sd": r.plan.noise.sd(r.plan.requests_per_block),
-                              "noise_source": r.plan.noise.source} if r.plan else {})} for r in rows]))
+                              "expected_blocks_per_arm": r.plan.expected_blocks} if r.plan else {})} for r in rows]))
         return
     if not rows:
         return
@@ -117,7 +117,8 @@ def render_plans(rows, console: Console, as_json: bool = False) -> None:
         t.add_column(c, overflow="fold")
     for r in rows:
         if r.plan is None:
-            t.add_row(_e(f"{r.metric} {r.statistic}"), "", "", "", "", "", "", f"[red]{_e(r.problem or '')}[/]")
+            t.add_row(_e(f"{r.metric} {r.statistic}"), f"{r.noise.sd(r.noise.requests):.3f}", str(r.noise.requests),
+                      "", "", "", "", f"[red]{_e(r.problem or '')}[/]")
             continue
         p = r.plan
         t.add_row(_e(f"{r.metric} {r.statistic}"), f"{p.noise.sd(p.requests_per_block):.3f}", str(p.requests_per_block),

@@ -183,3 +183,19 @@ def test_secondaries_behind_an_inconclusive_primary_are_not_tested():
     _, gated = stats.judge(weak, [strong])
     assert gated.verdict == "inconclusive" and gated.reason.startswith("not tested")
     assert gated.ratio == strong.ratio, "the estimate is still shown"
+
+
+def test_a_plan_table_names_its_noise_even_where_the_plan_is_refused():
+    from datetime import datetime, timezone
+
+    from advisor.experiments.result import ReadoutNoise
+
+    cal = calibration.Calibration(experiment="exp-noisy", deployment="d", measured_at=datetime.now(timezone.utc),
+                                  workload="w", requests_per_block=24,
+                                  readouts=[ReadoutNoise(metric="ttft", statistic="p50", block_sd=0.6, sampling_sd=0.05,
+                                                         drift_sd=0.6, blocks=18)])
+    rows = {(r.metric, r.statistic): r for r in planning.table(cal, 0.3, None)}
+    noisy = rows[("ttft", "p50")]
+    assert noisy.plan is None and "needs more than 24 blocks per arm" in noisy.problem
+    assert noisy.noise.source.startswith("A/A calibration exp-noisy")
+    assert rows[("ttft", "p95")].noise.source.startswith("conservative default"), "unmeasured readouts say so"
