@@ -35,3 +35,15 @@ def local_prometheus() -> Iterator[Callable[..., LocalPrometheus]]:
     yield start
     for prom in started:
         prom.stop()
+
+
+@pytest.fixture
+def isolated_store(tmp_path, monkeypatch):
+    """The advisor's data folder (journals, locks, calibrations) and store under tmp_path."""
+    monkeypatch.setenv("ADVISOR_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("ADVISOR_DB_URL", f"sqlite:///{tmp_path / 'advisor.db'}")
+    from advisor.settings import get_settings
+
+    get_settings.cache_clear()
+    yield tmp_path
+    get_settings.cache_clear()

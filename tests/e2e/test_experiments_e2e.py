@@ -22,17 +22,6 @@ from tests.support.servers import ROOT, listener
 runner = CliRunner()
 
 
-@pytest.fixture
-def isolated_store(tmp_path, monkeypatch):
-    monkeypatch.setenv("ADVISOR_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("ADVISOR_DB_URL", f"sqlite:///{tmp_path / 'advisor.db'}")
-    from advisor.settings import get_settings
-
-    get_settings.cache_clear()
-    yield tmp_path
-    get_settings.cache_clear()
-
-
 def experiment(dep, *args) -> tuple[int, dict]:
     r = runner.invoke(app, ["experiment", "--deployment", str(dep), "--output", "json", *args])
     assert r.exit_code in (0, 1), r.output

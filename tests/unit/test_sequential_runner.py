@@ -24,14 +24,8 @@ pytestmark = pytest.mark.usefixtures("at_root")
 runner = CliRunner()
 
 @pytest.fixture
-def data_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("ADVISOR_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("ADVISOR_DB_URL", f"sqlite:///{tmp_path / 'advisor.db'}")
-    from advisor.settings import get_settings
-
-    get_settings.cache_clear()
-    yield tmp_path / "data"
-    get_settings.cache_clear()
+def data_dir(isolated_store):
+    return isolated_store / "data"
 
 
 def test_a_large_effect_stops_at_the_first_decisive_look(tmp_path, ports):
