@@ -115,13 +115,25 @@ def render_plans(rows, console: Console, as_json: bool = False) -> None:
     for c in ("readout", "block log-SD", "requests/block", "max blocks/arm", "first look", "power",
               "expected blocks/arm", "noise from"):
         t.add_column(c, overflow="fold")
+
+    def short(source: str) -> str:
+        return "default" if source.startswith("conservative default") else source.split(" (")[0]
+
     for r in rows:
         if r.plan is None:
             t.add_row(_e(f"{r.metric} {r.statistic}"), f"{r.noise.sd(r.noise.requests):.3f}", str(r.noise.requests),
-                      "", "", "", "", f"[red]{_e(r.problem or '')}[/]")
+                      "", "", "", "", f"{_e(short(r.noise.source))}: [red]{_e(r.problem or '')}[/]")
             continue
         p = r.plan
         t.add_row(_e(f"{r.metric} {r.statistic}"), f"{p.noise.sd(p.requests_per_block):.3f}", str(p.requests_per_block),
                   str(p.max_blocks), str(p.stopping.first_look), f"{p.power:.0%}", f"{p.expected_blocks:.1f}",
-                  f"[dim]{_e(p.noise.source)}[/]")
+                  _e(short(p.noise.source)))
     console.print(t)
+    for source in dict.fromkeys(r.noise.source for r in rows if short(r.noise.source) != "default"):
+        console.print(f"[dim]{_e(short(source))}: {_e(source)}[/]", highlight=False)
+    if any(short(r.noise.source) == "default" for r in rows):
+        from advisor.experiments.planning import CONSERVATIVE_REQUESTS
+
+        console.print(f"[dim]default: a stated conservative noise, not measured (block log-SD per statistic at "
+                      f"{CONSERVATIVE_REQUESTS} requests per block, half of it drift); run advisor experiment --aa "
+                      "to measure this target's own[/]", highlight=False)
