@@ -20,13 +20,12 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 from advisor.errors import AdvisorError
-from advisor.experiments import readouts
+from advisor.experiments import readouts, stats
 from advisor.experiments.planning import Noise
 from advisor.experiments.result import ReadoutNoise
 
 FILE = "calibration.json"
 _BOOT = 200
-_QUANTILE = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 
 
 class Calibration(BaseModel):
@@ -47,9 +46,7 @@ class Calibration(BaseModel):
 
 
 def _statistic(values: np.ndarray, statistic: str) -> float:
-    if statistic == "mean":
-        return float(values.mean())
-    return float(np.percentile(values, 100 * _QUANTILE[statistic]))
+    return stats._point(values, statistic)  # the judge's own definition of each statistic
 
 
 def _sampling_var(values: np.ndarray, statistic: str, rng) -> float | None:
@@ -60,7 +57,7 @@ def _sampling_var(values: np.ndarray, statistic: str, rng) -> float | None:
     if statistic == "mean":
         stat = res.mean(axis=1)
     else:
-        stat = np.percentile(res, 100 * _QUANTILE[statistic], axis=1)
+        stat = np.percentile(res, 100 * stats._QUANTILE[statistic], axis=1)
     if (stat <= 0).any():
         return None
     return float(np.log(stat).var(ddof=1))

@@ -38,7 +38,7 @@ DEFAULT_EFFECT = 0.30
 DEFAULT_POWER = 0.80
 MAX_BLOCKS_PER_ARM = 24  # above this the plan is refused: the noise is too large for the effect
 REQUESTS_GROWTH = 8  # the most the planner multiplies the requests per block by, against sampling noise
-_QUANTILE = {"p95": 0.95, "p99": 0.99}
+_QUANTILE = {s: stats._QUANTILE[s] for s in ("p95", "p99")}  # the percentiles that need a tail
 # A rank test's efficiency against the t-test: 3/pi asymptotically; the exact test on 5-10 blocks
 # per arm does worse (its levels are discrete): planned at 3/pi, a 20 % effect on a p50 got 77.5 %
 # of the promised 80 % over 1000 simulated runs (benchmarks/stats_calibration.py).

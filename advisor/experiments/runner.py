@@ -100,6 +100,12 @@ def judge(design: Design, by_block: dict[tuple[str, int], list[RequestRecord]], 
     return stats.judge(primary, secondary, alpha=alpha)
 
 
+def _valid(by_block: dict[tuple[str, int], list[RequestRecord]], blocks: list[BlockRecord]):
+    """The records of the blocks whose load generator held its plan: the only ones judged."""
+    valid = {(b.arm, b.block) for b in blocks if b.generator_valid}
+    return {k: v for k, v in by_block.items() if k in valid}
+
+
 def too_few_valid(blocks: list[BlockRecord]) -> str | None:
     """Why the blocks cannot be judged (see the module docstring), or None."""
     problems = []
@@ -227,8 +233,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     if not_started is not None and not signalled:
         raise NotStarted(not_started if restored else f"{not_started}; {note}")
     interrupted = interrupted or signalled  # a signal deferred by the restore's shield
-    valid = {(b.arm, b.block) for b in blocks if b.generator_valid}
-    judged = {k: v for k, v in by_block.items() if k in valid}
+    judged = _valid(by_block, blocks)
     level = looks[-1].alpha if looks else design.stopping.alpha
     metrics = judge(design, judged, alpha=level) if by_block else []
     primary = metrics[0] if metrics else None
@@ -261,10 +266,9 @@ def _look(design: Design, by_block, blocks: list[BlockRecord], k: int, sent: int
     level = design.stopping.level_at(k, design.blocks_per_arm)
     if level is None:
         return None
-    valid = {(x.arm, x.block) for x in blocks if x.generator_valid}
     if too_few_valid(blocks):
         return Look(blocks=k, alpha=level, verdict="inconclusive", ratio=None, ci=None, requests=sent)
-    [p] = judge(design, {key: v for key, v in by_block.items() if key in valid}, alpha=level, primary_only=True)
+    [p] = judge(design, _valid(by_block, blocks), alpha=level, primary_only=True)
     return Look(blocks=k, alpha=level, verdict=p.verdict, ratio=p.ratio, ci=p.ci, requests=sent)
 
 

@@ -143,7 +143,7 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
         if dep.launcher == "endpoints" and dep.endpoints.candidate.rstrip("/") != dep.endpoints.baseline.rstrip("/"):
             raise DesignError("an A/A run on the endpoints launcher needs candidate: the baseline's own URL (or "
                               "the URL of a replica with the same configuration, started by whoever owns it)")
-        value, cand_args, cand_env, knob = None, None, {}, None
+        value, cand_env, knob = None, {}, None
         base_args = list(dep.local.args) if dep.local else []
         cand_args = list(base_args)
     else:

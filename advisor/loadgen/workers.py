@@ -64,23 +64,20 @@ def run_workers(target: Target, requests: list[PlannedRequest], prompts: dict[in
         raise WorkerError(f"--workers must be at least 1, got {workers}")
     workers = min(workers, len(requests)) or 1
     ctx = mp.get_context("spawn")  # no fork of a parent that may hold threads and an event loop
-    shares = _deal(list(range(len(requests))), workers)
-    slots = _deal(list(range(concurrency)), workers) if concurrency else [None] * workers
+    slots = [len(s) for s in _deal(list(range(concurrency)), workers)] if concurrency else [None] * workers
     procs, conns = [], []
-    for i in range(workers):
-        mine = [requests[j] for j in shares[i]]
+    for i, mine in enumerate(_deal(requests, workers)):
         parent, child = ctx.Pipe()
         p = ctx.Process(target=_worker, name=f"advisor-load-{i + 1}", daemon=True,
                         args=(child, target, mine, {r.index: prompts[r.index] for r in mine},
-                              len(slots[i]) if concurrency else None, duration_s, max(1, max_in_flight // workers)))
+                              slots[i], duration_s, max(1, max_in_flight // workers)))
         p.start()
         child.close()
         procs.append(p)
         conns.append(parent)
     records: dict[int, RequestRecord] = {}
-    position = {r.index: k for k, r in enumerate(requests)}
-    ended: dict[int, tuple] = {}
-    died: dict[int, str] = {}
+    ended: dict[int, tuple] = {}  # worker -> (wall_s, aborted, notes)
+    died: dict[int, tuple[float, str]] = {}  # worker -> (unix time seen dead, how)
     try:
         _await_ready(procs, conns)
         start_at = time.time() + START_MARGIN_S
@@ -93,18 +90,16 @@ def run_workers(target: Target, requests: list[PlannedRequest], prompts: dict[in
             if p.is_alive():
                 p.kill()
                 p.join()
-    out: list[RequestRecord] = []
-    death_time = {i: t for i, (t, _) in died.items()} if died else {}
+    out: list[RequestRecord] = []  # in the planned order: request k went to worker k % workers
     for k, req in enumerate(requests):
         rec = records.get(req.index)
         if rec is None:
             owner = k % workers
             rec = RequestRecord(req.index, req.bucket, req.prompt_tokens, req.output_tokens, req.at_s,
                                 prefix_group=req.prefix_group)
-            if owner in died and (req.at_s is None or req.at_s <= death_time[owner] - start_at):
+            if owner in died and (req.at_s is None or req.at_s <= died[owner][0] - start_at):
                 rec.status, rec.error = "error", f"load worker {owner + 1} died ({died[owner][1]})"
         out.append(rec)
-    out.sort(key=lambda r: position[r.index])
     notes = [n for _, (_, _, ns) in sorted(ended.items()) for n in ns or []]
     if died:
         lost = sum(r.error is not None and r.error.startswith("load worker") for r in out)

@@ -135,6 +135,7 @@ def test_tls_is_verified_against_the_ca_given(tmp_path):
         assert status == 200
         with pytest.raises(ConnectError, match="TLS handshake failed"):
             lines(url, HttpConfig())  # the default trust store does not know this CA
+        # the explicit opt-out (--insecure) is honoured too: the same untrusted server answers
         [(status, _)] = lines(url, HttpConfig(verify=False))
         assert status == 200
 
