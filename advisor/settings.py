@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     log_level: str = "WARNING"
     slo_file: Path | None = Field(default=None, description="SLO YAML used when --slo is not given")
     rules_config: Path | None = Field(default=None, description="per-rule overrides YAML")
+    config: Path | None = Field(default=None, description="advisor.yaml: the fleet the dashboard and schedule watch")
+    api_token: SecretStr | None = Field(default=None, description="the dashboard's token for actions (and for "
+                                        "every page when bound beyond loopback)")
     # TLS and credentials of the advisor's own requests (advisor/net.py builds them into HttpConfig).
     tls_verify: bool = Field(default=True, description="verify TLS certificates; false warns on every run")
     ca_bundle: Path | None = Field(default=None, description="PEM file (or hashed directory) of trusted CAs")

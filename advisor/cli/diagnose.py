@@ -83,7 +83,7 @@ def diagnose(
             from advisor.store import open_store
 
             store = open_store(settings.database_url)
-            run_id = store.save_diagnosis(result, snap)
+            run_id = store.save_diagnosis(result, snap, deployment=dep.name if dep else None)
             store.close()
             err.print(f"[dim]saved as diagnosis {run_id}[/]")
     except AdvisorError as e:

@@ -70,13 +70,15 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
                 (note or say)(found)
             launcher = launcher_for(d, journal, directory / "logs")
             save_block = None
+            stored = None
             if store is not None:
-                exp_num = int(d.id.replace("exp-", "").replace("-", ""))
+                stored = store.start_experiment(d.id, dep.name, dep.target_url, d.mechanism, repr(d.value),
+                                                design_document(d), journal=str(directory))
 
                 def save_block(arm, block, run, summary):
                     return store.save_load_run(d.workload, summary, run.records, target=launcher.url(arm),
                                                model=dep.model, started_at=_utc(run.started_at), wall_s=run.wall_s,
-                                               manifest={"experiment": d.id}, experiment_id=exp_num, arm=arm,
+                                               manifest={"experiment": d.id}, experiment_id=stored, arm=arm,
                                                block=block)
             # The entry point's handler (advisor.interrupts) shields the restore; without it (an
             # in-process caller), SIGTERM is at least an interrupt, so the baseline is restored.
@@ -84,12 +86,15 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
             previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt) if fallback else None
             try:
                 result = runner.execute(d, launcher, journal, say, save_block)
+            except runner.KeyboardInterruptWithResult as e:
+                _quietly(lambda: store.finish_experiment(stored, e.result, status="interrupted"), stored)
+                raise
+            except BaseException as e:
+                _quietly(lambda: store.fail_experiment(stored, f"{type(e).__name__}: {e}"), stored)
+                raise
             finally:
                 if fallback:
                     signal.signal(signal.SIGTERM, previous)
-    finally:
-        if store is not None:
-            store.close()
     if d.aa and result.status == "finished":
         from advisor.experiments import calibration
 
@@ -97,7 +102,37 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
         calibration.save(directory, cal)
         result.calibration = cal.readouts
     result.manifest = experiment_manifest(d, result)
+    if stored is not None:
+        _finish(stored, result)
     return result
+
+
+def _quietly(write: Callable[[], None], stored: int | None) -> None:
+    # The experiment's own error (or interrupt) is the news; a store that fails too must not hide it.
+    if stored is None:
+        return
+    try:
+        write()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _finish(stored: int, result: ExperimentResult) -> None:
+    # Reopened: the store was closed while the manifest read the target.
+    from advisor.store import open_store
+
+    with open_store(get_settings().database_url) as store:
+        store.finish_experiment(stored, result)
+
+
+def design_document(d: Design) -> dict:
+    """What the store keeps of a design: what a page shows before the first block ends."""
+    return {"lines": d.describe(), "plan": d.plan, "blocks_per_arm": d.blocks_per_arm,
+            "requests_per_block": len(d.requests), "warmup_requests": d.warmup_requests,
+            "order": [f"{arm}:{b + 1}" for arm, b in d.order], "primary": list(d.primary),
+            "secondary": [list(s) for s in d.secondary], "baseline_args": d.baseline_args,
+            "candidate_args": d.candidate_args, "workload": d.workload.name, "aa": d.aa,
+            "sequential": d.stopping.sequential, "direction": d.direction}
 
 
 def stored_calibration(dep):

@@ -1,7 +1,10 @@
-"""The advisor's store: diagnoses and load runs (and later experiments) in SQLite or PostgreSQL, schema by Alembic."""
+"""The advisor's store: diagnoses, load runs, experiments and job runs in SQLite or PostgreSQL, schema by Alembic."""
 
 from advisor.store.connect import open_store
 from advisor.store.errors import StoreError
+from advisor.store.experiments import ExperimentSummary, StoredExperiment
+from advisor.store.jobs import JobRun
 from advisor.store.repository import DiagnosisSummary, FindingRecord, LoadRun, LoadRunSummary, Store
 
-__all__ = ["DiagnosisSummary", "FindingRecord", "LoadRun", "LoadRunSummary", "Store", "StoreError", "open_store"]
+__all__ = ["DiagnosisSummary", "ExperimentSummary", "FindingRecord", "JobRun", "LoadRun", "LoadRunSummary", "Store", "StoreError",
+           "StoredExperiment", "open_store"]

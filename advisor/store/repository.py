@@ -1,5 +1,6 @@
 """Store: saves diagnoses and reads them back, as summaries, whole, or as a findings history;
-saves load runs with their per-request samples, and reads those back as pandas DataFrames or files."""
+saves load runs with their per-request samples, and reads those back as pandas DataFrames or files.
+Experiments (experiments.py) and scheduled job runs (jobs.py) are its mixins."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from sqlalchemy.orm import sessionmaker
 from advisor.diagnosis.model import Diagnosis, Finding
 from advisor.loadgen.metrics import Summary
 from advisor.store.errors import StoreError, one_line, redact
+from advisor.store.experiments import ExperimentsMixin
+from advisor.store.jobs import JobsMixin
 from advisor.store.tables import ARMS, ERROR_CHARS, DiagnosisRow, FindingRow, LoadRunRow, RequestSampleRow
 from probes import Snapshot
 from probes.http import redact_text, redact_url
@@ -39,6 +42,7 @@ class DiagnosisSummary:
     id: int
     created_at: datetime
     target: str
+    deployment: str | None
     via: str
     model: str | None
     window_s: float
@@ -116,8 +120,8 @@ _HISTORY = [
 ]
 
 
-class Store:
-    """Diagnoses and load runs in a SQL database. Get one from open_store(); close() it when done."""
+class Store(ExperimentsMixin, JobsMixin):
+    """Diagnoses, load runs, experiments and scheduled job runs in a SQL database. Get one from open_store(); close() it when done."""
 
     def __init__(self, engine: Engine, url: str) -> None:
         self.engine = engine
@@ -126,24 +130,33 @@ class Store:
         # Rows are read into plain objects before the session ends; nothing lazy-loads later.
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
-    def save_diagnosis(self, diagnosis: Diagnosis, snapshot: Snapshot | None = None) -> int:
-        """Write the diagnosis and all its findings in one transaction; returns the new id."""
+    def save_diagnosis(self, diagnosis: Diagnosis, snapshot: Snapshot | None = None,
+                       deployment: str | None = None) -> int:
+        """Write the diagnosis and all its findings in one transaction; returns the new id.
+        `deployment` names the watched deployment (advisor.yaml) or the spec it was of: the
+        experiments its checks ran for that deployment are linked to it."""
         with self._guard("save the diagnosis"), self._sessions.begin() as session:
-            row = diagnosis_row(diagnosis, snapshot)
+            row = diagnosis_row(diagnosis, snapshot, deployment)
             session.add(row)
             session.flush()  # the diagnosis is inserted first: a failing finding must undo it
             session.add_all(finding_row(row.id, finding) for finding in diagnosis.findings)
             session.flush()
-            return row.id
+            ident = row.id
+        keys = [c.verdict.experiment for c in diagnosis.checks if getattr(c.verdict, "experiment", None)]
+        if deployment and keys:
+            self.link_experiments(ident, deployment, keys)
+        return ident
 
     def list_diagnoses(self, target: str | None = None, since: datetime | None = None,
-                       limit: int = 50) -> list[DiagnosisSummary]:
+                       limit: int = 50, deployment: str | None = None) -> list[DiagnosisSummary]:
         """Newest first. `since` is inclusive; a naive datetime is taken as UTC."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         query = select(*_SUMMARY).order_by(DiagnosisRow.created_at.desc(), DiagnosisRow.id.desc()).limit(limit)
         if target is not None:
             query = query.where(DiagnosisRow.target == target)
+        if deployment is not None:
+            query = query.where(DiagnosisRow.deployment == deployment)
         if since is not None:
             query = query.where(DiagnosisRow.created_at >= since)
         with self._guard("list diagnoses"), self._sessions() as session:
@@ -294,11 +307,12 @@ class Store:
             raise StoreError(f"cannot {action} in the store at {self.url}: {one_line(exc, self._raw_url)}") from exc
 
 
-def diagnosis_row(diagnosis: Diagnosis, snapshot: Snapshot | None) -> DiagnosisRow:
+def diagnosis_row(diagnosis: Diagnosis, snapshot: Snapshot | None, deployment: str | None = None) -> DiagnosisRow:
     engine = diagnosis.engine
     return DiagnosisRow(
         created_at=datetime.now(timezone.utc),
         target=redact_url(diagnosis.target),
+        deployment=deployment,
         via=diagnosis.via,
         model=diagnosis.model,
         window_s=diagnosis.window_s,

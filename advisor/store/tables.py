@@ -1,8 +1,7 @@
 """The store's tables as typed SQLAlchemy models.
 
 Schema changes go through a new migration in migrations/versions/ (never create_all): the
-migrations are what real databases run. Later tables (experiments) join here with their own
-migration.
+migrations are what real databases run.
 """
 
 from __future__ import annotations
@@ -10,7 +9,18 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, CheckConstraint, DateTime, Float, ForeignKey, MetaData, String
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -69,6 +79,7 @@ class DiagnosisRow(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     created_at: Mapped[datetime] = mapped_column(index=True)
     target: Mapped[str] = mapped_column(index=True)
+    deployment: Mapped[str | None] = mapped_column(index=True)  # advisor.yaml's name, when it was one
     via: Mapped[str]
     model: Mapped[str | None]
     # Explicit: SQLAlchemy 2.0 maps `float` to Float, 2.1 to Double; the migration says Float.
@@ -133,8 +144,9 @@ class LoadRunRow(Base):
     workload: Mapped[dict[str, Any]]
     summary: Mapped[dict[str, Any]]
     manifest: Mapped[dict[str, Any] | None]
-    # No foreign key yet: the experiments table comes with its own migration.
-    experiment_id: Mapped[int | None] = mapped_column(index=True)
+    # experiments.id; no foreign key: rows written before migration 0003 hold the experiment's old
+    # 14-digit timestamp id here (hence 64 bits; SQLite's INTEGER is 64-bit already).
+    experiment_id: Mapped[int | None] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), index=True)
     arm: Mapped[str | None]
     block: Mapped[int | None]
 
@@ -168,3 +180,51 @@ class RequestSampleRow(Base):
     prefix_group: Mapped[int | None]
 
     run: Mapped[LoadRunRow] = relationship(back_populates="samples")
+
+
+# What an experiment row's status may be: running while its blocks go on, then how it ended.
+EXPERIMENT_STATUSES = ("running", "finished", "aborted", "interrupted", "failed")
+
+
+class ExperimentRow(Base):
+    """One A/B experiment: summary columns to list by, its design as planned, and the whole
+    ExperimentResult once it ended. Written when it starts (status running) so that its blocks
+    (load_runs with this id) can be followed while it runs."""
+
+    __tablename__ = "experiments"
+    __table_args__ = (UniqueConstraint("deployment", "key", name="uq_experiments_deployment"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(100))  # the experiment's own id, exp-...
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    updated_at: Mapped[datetime]
+    deployment: Mapped[str] = mapped_column(index=True)
+    target: Mapped[str]
+    mechanism: Mapped[str]
+    value: Mapped[str]
+    status: Mapped[str]
+    verdict: Mapped[str | None]
+    primary_metric: Mapped[str | None]
+    ratio: Mapped[float | None] = mapped_column(Float)
+    baseline_restored: Mapped[bool | None]
+    journal: Mapped[str | None]
+    diagnosis_id: Mapped[int | None] = mapped_column(ForeignKey("diagnoses.id", ondelete="SET NULL"), index=True)
+    design: Mapped[dict[str, Any]]
+    result: Mapped[dict[str, Any] | None]
+
+
+class JobRunRow(Base):
+    """One run of a scheduled job in one slot (a diagnosis interval, a weekly report's week).
+    (job, slot) is unique: of two advisors on one database, only the first to insert a slot runs it."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (UniqueConstraint("job", "slot", name="uq_job_runs_job"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job: Mapped[str]
+    slot: Mapped[str]
+    owner: Mapped[str]
+    started_at: Mapped[datetime] = mapped_column(index=True)
+    finished_at: Mapped[datetime | None]
+    ok: Mapped[bool | None]
+    detail: Mapped[str | None]

@@ -99,7 +99,8 @@ def test_candidate_killed_mid_run_aborts_keeps_samples_and_baseline_serves(tmp_p
     dep = write_deployment(local_engine, tmp_path / "dep.yaml")
     cport = yaml.safe_load(dep.read_text())["local"]["candidate_port"]
     proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(dep),
-                             "--mechanism", "max_num_seqs", "--value", "4", "--blocks", "6", "--output", "json"],
+                             "--mechanism", "max_num_seqs", "--value", "4", "--blocks", "6", "--readout", "ttft_p50",
+                             "--block-requests", "8", "--output", "json"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
     deadline = time.monotonic() + 400
     killed = False
@@ -126,7 +127,9 @@ def test_advisor_killed_mid_run_is_recovered_at_next_start(tmp_path, isolated_st
         # The candidate takes the engine's port: the advisor must own the engine it found serving.
         dep = write_deployment(base, tmp_path / "dep.yaml", arms="sequential", owns_process=True)
         proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(dep),
-                                 "--mechanism", "max_num_seqs", "--value", "6", "--output", "json"],
+                                 "--mechanism", "max_num_seqs", "--value", "6", "--output", "json",
+                                 # A small design: the test needs the candidate up, not a verdict.
+                                 "--readout", "ttft_p50", "--blocks", "4", "--block-requests", "8"],
                                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "advisor.err", "w"),
                                 env=os.environ.copy())
         deadline = time.monotonic() + 400

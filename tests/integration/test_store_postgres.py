@@ -184,9 +184,13 @@ def test_schema_and_idempotent_open(pg_url):
         assert store.get_diagnosis(ident).target == "http://127.0.0.1:8000"
         inspector = inspect(store.engine)
         assert set(inspector.get_table_names()) == {
-            "diagnoses", "findings", "load_runs", "request_samples", "advisor_alembic_version"}
+            "diagnoses", "findings", "load_runs", "request_samples", "experiments", "job_runs",
+            "advisor_alembic_version"}
         assert [c["name"] for c in inspector.get_check_constraints("load_runs")] == ["ck_load_runs_arm"]
-        assert inspector.get_columns("diagnoses")[-1]["type"].__class__.__name__ == "JSONB"
+        columns = {c["name"]: c["type"].__class__.__name__ for c in inspector.get_columns("diagnoses")}
+        assert columns["diagnosis"] == "JSONB"
+        assert {c["name"]: c["type"].__class__.__name__ for c in inspector.get_columns("load_runs")}[
+            "experiment_id"] == "BIGINT"
         with store.engine.connect() as conn:
             opts = {"version_table": "advisor_alembic_version", "compare_type": True}
             assert compare_metadata(MigrationContext.configure(conn, opts=opts), Base.metadata) == []
@@ -269,3 +273,29 @@ def test_failed_sample_insert_leaves_no_run(pg_url, monkeypatch):
         with Session(store.engine) as s:
             assert s.scalar(select(func.count()).select_from(LoadRunRow)) == 0
             assert s.scalar(select(func.count()).select_from(RequestSampleRow)) == 0
+
+
+# Experiments and job runs: the same checks as on SQLite (tests/unit/test_store_experiments.py).
+def test_experiments_round_trip_on_postgres(pg_url):
+    from tests.unit.test_store_experiments import check_experiment_round_trip
+
+    check_experiment_round_trip(pg_url)
+
+
+def test_legacy_experiment_numbers_fit_on_postgres(pg_url):
+    """The 14-digit ids earlier advisors wrote overflowed PostgreSQL's INTEGER; BIGINT holds them."""
+    from tests.unit.test_store_experiments import check_legacy_experiment_numbers_fit
+
+    check_legacy_experiment_numbers_fit(pg_url)
+
+
+def test_failed_and_interrupted_on_postgres(pg_url):
+    from tests.unit.test_store_experiments import check_failed_and_interrupted
+
+    check_failed_and_interrupted(pg_url)
+
+
+def test_job_slots_run_once_on_postgres(pg_url):
+    from tests.unit.test_store_experiments import check_job_slots_run_once
+
+    check_job_slots_run_once(pg_url)

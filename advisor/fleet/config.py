@@ -1,0 +1,141 @@
+"""advisor.yaml: the deployments the advisor watches, and its weekly report's schedule.
+
+It is also the allowlist of the dashboard and its API: they only ever query a Prometheus URL or
+touch a deployment this file names. Relative paths in it are read from the file's own folder.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+
+from advisor.errors import AdvisorError
+from advisor.fleet.cron import parse_cron
+from advisor.inputs import InputModel, load_model
+from advisor.units import parse_duration
+
+ENV = "ADVISOR_CONFIG"
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+class FleetError(AdvisorError):
+    """advisor.yaml is missing, unreadable or invalid."""
+
+
+def _duration(value: object) -> object:
+    if isinstance(value, str):
+        parse_duration(value)  # ValueError -> the field's one-line error
+    return value
+
+
+class WatchedDeployment(InputModel):
+    name: str = Field(description="the id used in URLs and reports: letters, digits, '.', '_', '-'")
+    prom_url: str = Field(description="the Prometheus that scrapes this deployment")
+    deployment: Path | None = Field(default=None, description="deployment spec, for experiments")
+    slo: Path | None = Field(default=None, description="SLO YAML; default: the built-in SLOs")
+    rules_config: Path | None = Field(default=None, description="per-rule overrides YAML")
+    model: str | None = Field(default=None, description="only this served model's series")
+    window: Annotated[str, Field(description="how far back a diagnosis looks")] = "5m"
+    diagnose_every: str | None = Field(default=None, description="run a diagnosis this often (advisor serve)")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.fullmatch(v):
+            raise ValueError("use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        return v
+
+    @field_validator("prom_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.match(r"https?://[^/\s]+", v):
+            raise ValueError("expected an http:// or https:// URL")
+        return v.rstrip("/")
+
+    @field_validator("window", "diagnose_every")
+    @classmethod
+    def _durations(cls, v: str | None) -> str | None:
+        return _duration(v)
+
+
+class WeeklyReport(InputModel):
+    cron: str = Field(default="0 8 * * MON", description="when advisor serve writes it (UTC, five cron fields)")
+    out_dir: Path | None = Field(default=None, description="folder the report files are written to")
+    webhook: str | None = Field(default=None, description="Slack-compatible webhook the report is posted to")
+    since: str = Field(default="7d", description="the period each report covers")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        parse_cron(v)
+        return v
+
+    @field_validator("since")
+    @classmethod
+    def _since(cls, v: str) -> str:
+        return _duration(v)
+
+    @field_validator("webhook")
+    @classmethod
+    def _webhook(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"https?://[^/\s]+", v):
+            raise ValueError("expected an http:// or https:// URL")
+        return v
+
+
+class FleetConfig(InputModel):
+    deployments: list[WatchedDeployment] = Field(min_length=1)
+    weekly_report: WeeklyReport | None = None
+
+    @model_validator(mode="after")
+    def _unique(self) -> FleetConfig:
+        seen: set[str] = set()
+        for d in self.deployments:
+            if d.name in seen:
+                raise ValueError(f"deployment name {d.name!r} appears twice")
+            seen.add(d.name)
+        return self
+
+    def get(self, name: str) -> WatchedDeployment | None:
+        return next((d for d in self.deployments if d.name == name), None)
+
+    @property
+    def names(self) -> list[str]:
+        return [d.name for d in self.deployments]
+
+
+def config_path(path: Path | None) -> Path:
+    """The file to read: `path`, else $ADVISOR_CONFIG, else a one-line error saying how to give one."""
+    if path is not None:
+        return path
+    from advisor.settings import get_settings
+
+    configured = get_settings().config
+    if configured:
+        return configured
+    raise FleetError(f"no fleet configuration: give --config advisor.yaml or set {ENV} "
+                     "(a list of deployments: name, prom_url, ...; see the README)")
+
+
+def load_config(path: Path | None = None) -> FleetConfig:
+    """advisor.yaml validated, its relative paths made relative to its folder, and each named
+    file shown to exist; every problem one line naming the file and field."""
+    path = config_path(path)
+    config = load_model(path, FleetConfig, FleetError)
+    base = path.resolve().parent
+    for i, d in enumerate(config.deployments):
+        for field in ("deployment", "slo", "rules_config"):
+            value = getattr(d, field)
+            if value is None:
+                continue
+            full = value if value.is_absolute() else base / value
+            if not full.is_file():
+                raise FleetError(f"{path}: field deployments.{i}.{field}: no such file: {full}")
+            setattr(d, field, full)
+    if config.weekly_report and config.weekly_report.out_dir is not None:
+        out = config.weekly_report.out_dir
+        config.weekly_report.out_dir = out if out.is_absolute() else base / out
+    return config

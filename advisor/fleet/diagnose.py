@@ -1,0 +1,44 @@
+"""A diagnosis of one watched deployment, as the dashboard and the schedule run it: the same
+snapshot, rules and SLOs as `advisor diagnose`, saved to the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.diagnosis.model import Diagnosis
+from advisor.fleet.config import WatchedDeployment
+from advisor.units import parse_duration
+
+
+@dataclass(frozen=True)
+class Saved:
+    id: int
+    diagnosis: Diagnosis
+
+
+def diagnose(watched: WatchedDeployment, store_url: str) -> Saved:
+    """Snapshot, rules, save. Raises AdvisorError (one line) when the target cannot be diagnosed."""
+    from advisor import net
+    from advisor.diagnosis import diagnose as run_rules
+    from advisor.diagnosis import load_overrides, load_rules, load_slo, per_replica_signals
+    from advisor.errors import AdvisorError
+    from advisor.settings import get_settings
+    from advisor.store import open_store
+    from probes import probe_prometheus
+    from probes.errors import BadExposition, CatalogError
+
+    settings = get_settings()
+    slo = load_slo(watched.slo or settings.slo_file)
+    overrides_file = watched.rules_config or settings.rules_config
+    rules = load_rules(overrides=load_overrides(overrides_file) if overrides_file else {})
+    prom_url, http = net.target(watched.prom_url, "prom", f"{watched.name}.prom_url")
+    try:
+        snap = probe_prometheus(prom_url, window_s=parse_duration(watched.window), model=watched.model,
+                                timeout=settings.timeout, per_replica=per_replica_signals(rules), http=http)
+    except (BadExposition, CatalogError) as e:
+        raise AdvisorError(str(e)) from None
+    if not any(s.present for s in snap.signals.values()):
+        raise AdvisorError(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
+    result = run_rules(snap, rules, slo)
+    with open_store(store_url) as store:
+        return Saved(store.save_diagnosis(result, snap, deployment=watched.name), result)

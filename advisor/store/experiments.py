@@ -1,0 +1,129 @@
+"""The store's experiments: a row written when one starts, completed when it ends, read back whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from sqlalchemy import select, update
+
+from advisor.store.errors import StoreError, one_line
+from advisor.store.tables import ExperimentRow
+from probes.http import redact_url
+
+if TYPE_CHECKING:
+    from advisor.experiments.result import ExperimentResult
+
+
+@dataclass(frozen=True)
+class ExperimentSummary:
+    """One line of an experiments listing; the documents come from Store.get_experiment(id)."""
+
+    id: int
+    key: str
+    created_at: datetime
+    updated_at: datetime
+    deployment: str
+    target: str
+    mechanism: str
+    value: str
+    status: str
+    verdict: str | None
+    primary_metric: str | None
+    ratio: float | None
+    baseline_restored: bool | None
+    diagnosis_id: int | None
+
+
+@dataclass(frozen=True)
+class StoredExperiment:
+    summary: ExperimentSummary
+    design: dict[str, Any]
+    journal: str | None
+    result: ExperimentResult | None  # None while it runs, or if it died without a word
+
+
+_COLUMNS = [getattr(ExperimentRow, f) for f in ExperimentSummary.__dataclass_fields__]
+
+
+class ExperimentsMixin:
+    """Store methods for experiments (see repository.Store for _guard and _sessions)."""
+
+    def start_experiment(self, key: str, deployment: str, target: str, mechanism: str, value: str,
+                         design: dict[str, Any], journal: str | None = None) -> int:
+        """A running experiment's row, before its first block: returns the id its blocks carry."""
+        from advisor.store.repository import _plain
+
+        now = datetime.now(timezone.utc)
+        with self._guard("record the experiment"), self._sessions.begin() as session:
+            row = ExperimentRow(key=key, created_at=now, updated_at=now, deployment=deployment,
+                                target=redact_url(target), mechanism=mechanism, value=value, status="running",
+                                journal=journal, design=_plain(design))
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def finish_experiment(self, experiment_id: int, result: ExperimentResult, status: str | None = None) -> None:
+        """The experiment's end: its whole result, and its status (the result's, or `status`:
+        interrupted, failed)."""
+        from advisor.store.repository import _document
+
+        values = dict(updated_at=datetime.now(timezone.utc), status=status or result.status,
+                      verdict=result.verdict, primary_metric=result.primary_metric, ratio=_finite(result.ratio),
+                      baseline_restored=result.baseline_restored, result=_document(result))
+        with self._guard(f"complete experiment {experiment_id}"), self._sessions.begin() as session:
+            session.execute(update(ExperimentRow).where(ExperimentRow.id == experiment_id).values(**values))
+
+    def fail_experiment(self, experiment_id: int, why: str) -> None:
+        """An experiment that ended without a result (it could not start, or crashed)."""
+        with self._guard(f"complete experiment {experiment_id}"), self._sessions.begin() as session:
+            session.execute(update(ExperimentRow).where(ExperimentRow.id == experiment_id).values(
+                updated_at=datetime.now(timezone.utc), status="failed", verdict=None,
+                result={"failed": why[:2000]}))
+
+    def link_experiments(self, diagnosis_id: int, deployment: str, keys: list[str]) -> int:
+        """Marks the deployment's experiments with these keys as run for this diagnosis; returns how many."""
+        if not keys:
+            return 0
+        with self._guard(f"link experiments to diagnosis {diagnosis_id}"), self._sessions.begin() as session:
+            done = session.execute(update(ExperimentRow).where(ExperimentRow.key.in_(keys), ExperimentRow.deployment == deployment)
+                                   .values(diagnosis_id=diagnosis_id))
+            return done.rowcount or 0
+
+    def list_experiments(self, deployment: str | None = None, diagnosis_id: int | None = None,
+                         limit: int = 50) -> list[ExperimentSummary]:
+        """Newest first, optionally of one deployment or one diagnosis."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        query = select(*_COLUMNS).order_by(ExperimentRow.created_at.desc(), ExperimentRow.id.desc()).limit(limit)
+        if deployment is not None:
+            query = query.where(ExperimentRow.deployment == deployment)
+        if diagnosis_id is not None:
+            query = query.where(ExperimentRow.diagnosis_id == diagnosis_id)
+        with self._guard("list experiments"), self._sessions() as session:
+            return [ExperimentSummary(**row._mapping) for row in session.execute(query)]
+
+    def get_experiment(self, experiment_id: int) -> StoredExperiment:
+        from advisor.experiments.result import ExperimentResult
+
+        query = select(*_COLUMNS, ExperimentRow.design, ExperimentRow.journal, ExperimentRow.result).where(
+            ExperimentRow.id == experiment_id)
+        with self._guard(f"read experiment {experiment_id}"), self._sessions() as session:
+            found = session.execute(query).first()
+        if found is None:
+            raise StoreError(f"no experiment {experiment_id} in the store at {self.url}")
+        *summary, design, journal, result = found
+        parsed = None
+        if result is not None and "failed" not in result:
+            try:
+                parsed = ExperimentResult.model_validate(result)
+            except ValidationError as exc:
+                raise StoreError(f"experiment {experiment_id} does not read as an ExperimentResult: "
+                                 f"{one_line(exc)} ({exc.error_count()} errors)") from exc
+        return StoredExperiment(ExperimentSummary(*summary), design, journal, parsed)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and value == value and abs(value) != float("inf") else None
