@@ -43,7 +43,8 @@ def diagnose(
     engine: Engine = None,
     slo: Annotated[Optional[Path], typer.Option("--slo", help="YAML file of SLOs: ttft_p95, tpot_p95, e2e_p99 (seconds), error_rate (0-1), goodput_min (req/s). Default: ADVISOR_SLO_FILE, else built-in defaults.")] = None,
     rules_config: Annotated[Optional[Path], typer.Option("--rules-config", help="YAML of per-rule overrides: {ADV001: {params: {...}, severity: {thresholds: {...}}, enabled: false}}.")] = None,
-    output: Annotated[ReportFormat, typer.Option("--output", "-o", help="text for people, json for machines, markdown for tickets.")] = ReportFormat.text,
+    output: Annotated[ReportFormat, typer.Option("--output", "-o", help="text for people, json for machines, markdown for tickets, html for a self-contained page with charts.")] = ReportFormat.text,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="Write the report to this file instead of stdout (the exit code stays the diagnosis').")] = None,
     save: Annotated[bool, typer.Option("--save", help="Record this diagnosis in the store (ADVISOR_DB_URL, default SQLite in the data dir) for the dashboard and weekly report.")] = False,
     deployment: Annotated[Optional[Path], typer.Option("--deployment", help="Deployment YAML of the diagnosed target: needed by --experiment, and its flags are the configuration the checks consider.")] = None,
     experiments: Annotated[int, typer.Option("--experiment", min=0, help="Run A/B experiments for the top N testable checks and put their verdicts into the diagnosis (needs --deployment).")] = 0,
@@ -62,6 +63,8 @@ def diagnose(
         # Every input is checked before the target is read.
         if experiments and not deployment:
             raise UsageProblem("--experiment needs --deployment (how to launch the candidate)")
+        if out_file is not None and output is ReportFormat.text:
+            raise UsageProblem("--out writes --output json, markdown or html; text is for the terminal")
         dep = None
         if deployment:
             from advisor.experiments.deployment import load_deployment
@@ -79,23 +82,34 @@ def diagnose(
 
             verify_top_checks(result, dep, experiments,
                               say=lambda m: err.print(f"[dim]{escape.markup(m)}[/]", highlight=False))
+        document = None
         if save:
             from advisor.store import open_store
 
-            store = open_store(settings.database_url)
-            run_id = store.save_diagnosis(result, snap, deployment=dep.name if dep else None)
-            store.close()
-            err.print(f"[dim]saved as diagnosis {run_id}[/]")
+            with open_store(settings.database_url) as store:
+                run_id = store.save_diagnosis(result, snap, deployment=dep.name if dep else None)
+                err.print(f"[dim]saved as diagnosis {run_id}[/]")
+                if output is ReportFormat.html:  # with the stored experiments' every block
+                    from advisor.reports.documents import stored_diagnosis
+
+                    document = stored_diagnosis(store, run_id, "html")
+        if output is ReportFormat.json:
+            document = escape.json_text({"healthy": result.healthy, "top_severity": result.top_severity,
+                                         **result.model_dump(mode="json")})
+        elif output in (ReportFormat.markdown, ReportFormat.html) and document is None:
+            from advisor.reports.documents import diagnosis_document
+
+            document = diagnosis_document(result, output.value, deployment=dep.name if dep else None)
+        if out_file is not None:
+            from advisor.reports.documents import write
+
+            write(out_file, document + "\n")
+            err.print(f"[dim]wrote {escape.markup(str(out_file))}[/]", highlight=False)
     except AdvisorError as e:
         raise fail(str(e)) from None
-    if output is ReportFormat.json:
-        print(escape.json_text({"healthy": result.healthy, "top_severity": result.top_severity,
-                                **result.model_dump(mode="json")}))
-    elif output is ReportFormat.markdown:
-        from advisor.reports.markdown import render as render_md
-
-        print(render_md("diagnosis.md.j2", d=result))
-    else:
+    if out_file is None and document is not None:
+        print(document)
+    elif out_file is None:
         from advisor.reports.diagnosis_text import render as render_text
 
         render_text(result, out)

@@ -162,6 +162,13 @@ class Store(ExperimentsMixin, JobsMixin):
         with self._guard("list diagnoses"), self._sessions() as session:
             return [DiagnosisSummary(**row._mapping) for row in session.execute(query)]
 
+    def get_diagnosis_summary(self, diagnosis_id: int) -> DiagnosisSummary:
+        with self._guard(f"read diagnosis {diagnosis_id}"), self._sessions() as session:
+            found = session.execute(select(*_SUMMARY).where(DiagnosisRow.id == diagnosis_id)).first()
+        if found is None:
+            raise StoreError(f"no diagnosis {diagnosis_id} in the store at {self.url}")
+        return DiagnosisSummary(**found._mapping)
+
     def get_diagnosis(self, diagnosis_id: int) -> Diagnosis:
         doc = self._document(DiagnosisRow.diagnosis, diagnosis_id)
         return self._validate(Diagnosis, doc, diagnosis_id)

@@ -1,0 +1,72 @@
+"""Report documents built from the store: what `advisor report`, `advisor diagnose --out` and the
+dashboard's downloads write. HTML or markdown by the file's extension."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from advisor.diagnosis.model import Diagnosis
+from advisor.errors import AdvisorError
+from advisor.reports import html, views
+
+FORMATS = {".html": "html", ".htm": "html", ".md": "markdown"}
+
+
+class ReportError(AdvisorError):
+    pass
+
+
+def format_of(path: Path) -> str:
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ReportError(f"cannot tell the report format of {path}: use a .html or .md file name")
+    return fmt
+
+
+def diagnosis_document(d: Diagnosis, fmt: str, *, ident: int | None = None, deployment: str | None = None,
+                       experiments: list[views.ExperimentView] | None = None) -> str:
+    if fmt == "markdown":
+        from advisor.reports.markdown import render as render_md
+
+        return render_md("diagnosis.md.j2", d=d)
+    view = views.diagnosis_view(d, ident=ident, deployment=deployment, experiments=experiments)
+    return html.render("diagnosis.html.j2", d=view)
+
+
+def stored_experiment_view(store, experiment_id: int, charts_on: bool = True) -> views.ExperimentView:
+    stored = store.get_experiment(experiment_id)
+    s = stored.summary
+    running = store.list_load_runs(experiment_id=s.id, limit=1000) if stored.result is None else None
+    return views.experiment_view(stored.result, key=s.key, deployment=s.deployment, mechanism=s.mechanism,
+                                 value=s.value, status=s.status, design=stored.design,
+                                 running_blocks=list(reversed(running or [])), ident=s.id,
+                                 diagnosis_id=s.diagnosis_id, created=s.created_at, charts_on=charts_on)
+
+
+def stored_diagnosis(store, diagnosis_id: int, fmt: str) -> str:
+    """A saved diagnosis, with the full results of the experiments run for it."""
+    d = store.get_diagnosis(diagnosis_id)
+    summary = store.get_diagnosis_summary(diagnosis_id)
+    linked = store.list_experiments(diagnosis_id=diagnosis_id)
+    experiments = [stored_experiment_view(store, e.id) for e in reversed(linked)] if linked else None
+    return diagnosis_document(d, fmt, ident=diagnosis_id, deployment=summary.deployment,
+                              experiments=experiments)
+
+
+def stored_experiment(store, experiment_id: int) -> str:
+    return html.render("experiment.html.j2", x=stored_experiment_view(store, experiment_id))
+
+
+def write(path: Path, text: str) -> Path:
+    """Atomically: a reader (a browser, a webhook) never sees half a report."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ReportError(f"cannot write the report to {path}: {e.strerror or e}") from None
+    return path

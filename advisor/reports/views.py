@@ -1,0 +1,268 @@
+"""View models of the reports: every number a report or a page shows is formatted here once, from
+the typed results, so that the HTML report, the dashboard and the weekly report agree.
+
+Nothing here escapes: values stay as they came (model names, labels, rule text are untrusted) and
+each medium escapes them its own way (HTML by jinja2's autoescape, markdown by its finalize).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from markupsafe import Markup
+
+from advisor import escape
+from advisor.diagnosis.model import Diagnosis
+from advisor.experiments.result import CheckSkip, CheckVerdict, ExperimentResult, MetricResult
+from advisor.reports import charts
+
+
+def ratio_text(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}"
+
+
+def ci_text(ci: tuple[float, float] | None) -> str:
+    return "-" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
+def level_text(level: float | None) -> str:
+    return f"{100 * level:.3g} %" if level else "95 %"
+
+
+def when(t: datetime | None) -> str:
+    return "-" if t is None else t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def restored_text(restored: bool | None) -> str:
+    return {True: "restored and healthy", False: "NOT restored", None: "-"}[restored]
+
+
+@dataclass
+class MetricRow:
+    name: str
+    role: str  # primary | secondary
+    baseline: str
+    candidate: str
+    ratio: str
+    ci: str
+    level: str
+    verdict: str
+    reason: str
+
+
+@dataclass
+class BlockRow:
+    position: int
+    arm: str
+    block: int
+    requests: int
+    ok: int
+    errors: int
+    ttft_p50: str
+    tpot_p50: str
+    e2e_p95: str
+    valid: bool
+    why_invalid: str | None
+    restart: str
+
+
+@dataclass
+class ExperimentView:
+    key: str
+    deployment: str
+    mechanism: str
+    value: str
+    status: str
+    verdict: str
+    primary: str
+    ratio: str
+    ci: str
+    level: str
+    stop_reason: str | None
+    reason: str | None
+    restored: str
+    restore_note: str | None
+    aborted: str | None
+    fails_means: str | None
+    metrics: list[MetricRow]
+    blocks: list[BlockRow]
+    looks: list[dict]
+    design: list[str]
+    manifest_json: str
+    forest_svg: Markup | None
+    blocks_svg: Markup | None
+    id: int | None = None
+    diagnosis_id: int | None = None
+    created: str = "-"
+
+
+def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
+    rows = []
+    for i, m in enumerate(metrics):
+        def fmt(v):
+            return "-" if v is None else f"{v:.4g}"
+        rows.append(MetricRow(f"{m.metric} {m.statistic}", "primary" if i == 0 else "secondary", fmt(m.baseline_value),
+                              fmt(m.candidate_value), ratio_text(m.ratio), ci_text(m.ci), level_text(m.level),
+                              m.verdict, m.reason))
+    return rows
+
+
+def _seconds(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.0f} ms"
+
+
+def experiment_view(result: ExperimentResult | None, *, key: str = "", deployment: str = "", mechanism: str = "",
+                    value: str = "", status: str | None = None, design: dict | None = None,
+                    running_blocks: list | None = None, ident: int | None = None, diagnosis_id: int | None = None,
+                    created: datetime | None = None, charts_on: bool = True) -> ExperimentView:
+    """From a finished (or interrupted) result; or, while it runs, from its design and the blocks
+    stored so far (running_blocks: store LoadRunSummary rows)."""
+    design_lines = list((design or {}).get("lines", []))
+    if result is None:
+        blocks = [BlockRow(i + 1, b.arm or "-", (b.block or 0) + 1, b.requests, b.ok, b.errors, "-", "-", "-",
+                           b.valid, b.why_invalid, "-") for i, b in enumerate(running_blocks or [])]
+        return ExperimentView(key, deployment, mechanism, value, status or "running", "-", "-", "-", "-", "-",
+                              None, None, "-", None, None, None, [], blocks, [], design_lines, "{}", None, None,
+                              ident, diagnosis_id, when(created))
+    r = result
+    blocks = [BlockRow(i + 1, b.arm, b.block + 1, b.requests, b.ok, b.errors, _seconds(b.ttft_p50),
+                       _seconds(b.tpot_p50), _seconds(b.e2e_p95), b.generator_valid, b.why_invalid,
+                       "-" if b.restart_s is None else f"{b.restart_s:.0f} s") for i, b in enumerate(r.blocks)]
+    metrics = _metric_rows(r.metrics, r.primary_metric)
+    forest_svg = blocks_svg = None
+    if charts_on:
+        margin = r.metrics[0].margin if r.metrics else 0.05
+        forest_svg = charts.forest([(f"{m.metric} {m.statistic}" + (" (primary)" if i == 0 else ""), m.ratio, m.ci,
+                                     m.verdict) for i, m in enumerate(r.metrics)], margin=margin)
+        blocks_svg = charts.blocks([(i + 1, b.arm, b.ttft_p50, b.generator_valid) for i, b in enumerate(r.blocks)],
+                                   "TTFT p50 per block (s)")
+    looks = [{"blocks": look.blocks, "level": level_text(1 - look.alpha), "verdict": look.verdict,
+              "ratio": ratio_text(look.ratio), "ci": ci_text(look.ci), "requests": look.requests or "-"}
+             for look in r.looks]
+    level = r.metrics[0].level if r.metrics else None
+    return ExperimentView(
+        key=r.id, deployment=r.deployment, mechanism=r.mechanism, value=r.value, status=status or r.status,
+        verdict=r.verdict, primary=r.primary_metric, ratio=ratio_text(r.ratio), ci=ci_text(r.ci),
+        level=level_text(level), stop_reason=r.stop_reason, reason=r.reason, restored=restored_text(r.baseline_restored),
+        restore_note=r.restore_note, aborted=r.aborted, fails_means=r.fails_means, metrics=metrics, blocks=blocks,
+        looks=looks, design=design_lines, manifest_json=escape.json_text(r.manifest), forest_svg=forest_svg,
+        blocks_svg=blocks_svg, id=ident, diagnosis_id=diagnosis_id, created=when(created))
+
+
+@dataclass
+class EvidenceRow:
+    text: str
+    source: str
+
+
+@dataclass
+class FindingView:
+    rule_id: str
+    name: str
+    symptom: str
+    severity: str
+    layer: str
+    map_row: str
+    evidence: list[EvidenceRow]
+
+
+@dataclass
+class CheckRow:
+    rank: int
+    title: str
+    rule_id: str
+    mechanism: str
+    direction: str
+    score: str
+    reason: str
+    look_at: str
+    held_back: bool
+    already: str | None
+    verdict: str  # one line: the verdict, or why not tested, or "-"
+    experiment: str | None
+
+
+@dataclass
+class DiagnosisView:
+    title: str
+    target: str
+    via: str
+    engine: str
+    model: str | None
+    window: str
+    taken_at: str
+    slo: str
+    healthy: bool
+    top_severity: str
+    status_line: str
+    findings: list[FindingView]
+    checks: list[CheckRow]
+    not_evaluated: list[tuple[str, str]]
+    problems: list[str]
+    experiments: list[ExperimentView] = field(default_factory=list)
+    id: int | None = None
+    deployment: str | None = None
+
+
+def _verdict_line(v: CheckVerdict | CheckSkip | None) -> tuple[str, str | None]:
+    if isinstance(v, CheckVerdict):
+        line = f"{v.verdict} on {v.primary_metric}, ratio {ratio_text(v.ratio)} {ci_text(v.ci)}"
+        if v.stop_reason:
+            line += f"; stopped: {v.stop_reason}"
+        return line, v.experiment
+    if isinstance(v, CheckSkip):
+        return f"not tested: {v.skipped}", None
+    return "-", None
+
+
+def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | None = None,
+                   experiments: list[ExperimentView] | None = None, charts_on: bool = True) -> DiagnosisView:
+    """The diagnosis; its experiments are the stored ones given, else those its checks carry."""
+    e = d.engine
+    checks = []
+    for c in d.checks:
+        line, exp = _verdict_line(c.verdict)
+        checks.append(CheckRow(c.rank, c.title, c.rule_id, c.mechanism, c.direction or "", f"{c.score:.2f}", c.reason,
+                               c.look_at, c.held_back, c.already, line, exp))
+    if experiments is None:
+        experiments = []
+        for c in d.checks:
+            v = c.verdict
+            if isinstance(v, CheckVerdict):
+                r = ExperimentResult(id=v.experiment, deployment=deployment or "", mechanism=c.mechanism,
+                                     value=v.value, status=v.status, verdict=v.verdict, primary_metric=v.primary_metric,
+                                     ratio=v.ratio, ci=v.ci, reason=v.reason, metrics=v.metrics, looks=v.looks,
+                                     stop_reason=v.stop_reason, baseline_restored=v.baseline_restored,
+                                     fails_means=v.fails_means, manifest=v.manifest)
+                experiments.append(experiment_view(r, charts_on=charts_on))
+    n = len(d.findings)
+    status = "healthy: no rule fired" if d.healthy else (
+        f"{n} symptom{'s' if n != 1 else ''}, worst {d.top_severity}")
+    return DiagnosisView(
+        title=f"Diagnosis of {d.target}", target=d.target, via=d.via,
+        engine=" ".join(x for x in (e.kind or "unknown engine", e.version or "") if x), model=d.model,
+        window=f"{d.window_s:.0f} s", taken_at=when(d.taken_at),
+        slo=", ".join(f"{k} {v:g}" for k, v in d.slo.items() if v is not None), healthy=d.healthy,
+        top_severity=d.top_severity, status_line=status,
+        findings=[FindingView(f.rule_id, f.name, f.symptom, f.severity, f.layer, f.map_row,
+                              [EvidenceRow(ev.text, ev.source) for ev in f.evidence]) for f in d.findings],
+        checks=checks, not_evaluated=[(x.rule_id, x.reason) for x in d.not_evaluated], problems=list(d.problems),
+        experiments=experiments, id=ident, deployment=deployment)
+
+
+def as_json(view) -> str:
+    """A view as JSON (charts left out): what the API returns beside a page."""
+    from dataclasses import asdict
+
+    def clean(x):
+        if isinstance(x, Markup):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items() if not k.endswith("_svg")}
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(asdict(view)), ensure_ascii=False)

@@ -1,0 +1,106 @@
+"""HTML reports: every state renders, untrusted text shows as text, charts are inline SVG, and
+nothing is fetched from anywhere."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from advisor.experiments.result import CheckSkip, CheckVerdict
+from advisor.reports import documents, html, views
+from advisor.store import open_store
+from tests.unit.test_store import make_diagnosis
+from tests.unit.test_store_experiments import KEY, make_result
+
+EVIL = "<script>alert('x')</script>"
+
+
+def offline(page: str) -> None:
+    """Self-contained: no external script, style, font or image; nothing to load at all."""
+    assert not re.search(r"<(script|img|link|iframe)[^>]+(src|href)=", page, re.I)
+    assert "@import" not in page and "url(http" not in page
+    assert not re.search(r"""(src|href)=["']?https?://""", page)
+
+
+def evil_diagnosis():
+    d = make_diagnosis()
+    d.model = EVIL
+    d.findings[0].evidence[0].text = f"label model={EVIL}"
+    d.findings[0].checks[0].reason = EVIL
+    return d
+
+
+def with_experiment(d, result):
+    d.findings[0].checks[0].verdict = CheckVerdict.of(result)
+    d.findings[0].checks[1].verdict = CheckSkip(skipped=f"replicas: {EVIL}")
+    return d
+
+
+@pytest.mark.parametrize("state", ["healthy", "symptoms", "experiment", "aborted", "restore failed"])
+def test_every_state_renders_escaped_and_offline(state):
+    if state == "healthy":
+        d = make_diagnosis(findings=0)
+        d.model = EVIL
+    else:
+        d = evil_diagnosis()
+    if state in ("experiment", "aborted", "restore failed"):
+        r = make_result()
+        if state == "aborted":
+            r.status, r.verdict, r.aborted, r.ratio, r.ci = "aborted", "inconclusive", f"guardrail {EVIL}", None, None
+        if state == "restore failed":
+            r.baseline_restored, r.restore_note = False, f"port busy {EVIL}"
+        d = with_experiment(d, r)
+    page = documents.diagnosis_document(d, "html")
+    offline(page)
+    assert EVIL not in page and "&lt;script&gt;" in page
+    if state == "healthy":
+        assert "healthy: no rule fired" in page
+        return
+    assert 'id="checks"' in page and "histogram_quantile(0.5, ...)" in page, "the PromQL behind a number"
+    if state != "symptoms":
+        assert page.count("<svg") == 2, "forest plot and per-block chart"
+        assert "forest plot" in page and "per-block" in page
+    if state == "aborted":
+        assert "<span class=\"dim\">aborted</span>" in page
+    if state == "restore failed":
+        assert "NOT restored" in page
+
+
+def test_running_experiment_page_polls_and_shows_blocks(tmp_path):
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_store(url) as store:
+        ident = store.start_experiment(KEY, "local", "http://h:1", "max_num_seqs", "8",
+                                       {"lines": [f"design {EVIL}"]})
+        page = html.render("experiment.html.j2", x=documents.stored_experiment_view(store, ident), dashboard=True)
+        assert 'data-status="running"' in page and "fetch(" in page
+        assert "no block has ended yet" in page and EVIL not in page
+        store.finish_experiment(ident, make_result())
+        page = html.render("experiment.html.j2", x=documents.stored_experiment_view(store, ident), dashboard=True)
+        assert 'data-status="finished"' in page and "fetch(" not in page
+        assert page.count("<svg") == 2
+        offline(page.replace("fetch(location.pathname", ""))
+
+
+def test_stored_diagnosis_carries_its_experiments_blocks(tmp_path):
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_store(url) as store:
+        ident = store.start_experiment(KEY, "local", "http://h:1", "max_num_seqs", "8", {})
+        store.finish_experiment(ident, make_result())
+        diag = store.save_diagnosis(with_experiment(make_diagnosis(), make_result()), deployment="local")
+        page = documents.stored_diagnosis(store, diag, "html")
+        md = documents.stored_diagnosis(store, diag, "markdown")
+    assert page.count('class="blocks"') == 1 and page.count("<tr><td>6</td>") == 1, "six blocks in run order"
+    assert "improved" in md and "<svg" not in md
+
+
+def test_report_file_format_by_extension(tmp_path):
+    assert documents.format_of(tmp_path / "a.HTML") == "html"
+    with pytest.raises(documents.ReportError, match="use a .html or .md"):
+        documents.format_of(tmp_path / "a.pdf")
+
+
+def test_view_json_has_no_charts():
+    view = views.diagnosis_view(with_experiment(make_diagnosis(), make_result()))
+    text = views.as_json(view)
+    assert "<svg" not in text and '"verdict": "improved' in text.replace("improved on", "improved")
