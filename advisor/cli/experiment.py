@@ -42,6 +42,8 @@ def experiment(
         "--concurrency", min=1, help="Requests in flight with the default workload: 8, or for max_num_seqs the "
                               "candidate's slot count, so that only the baseline queues.")] = None,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Requests sent to each arm before its first block, not measured (0 for none).")] = 16,
+    direction: Annotated[Optional[str], typer.Option("--direction", help="Which way a diagnosis check moves the mechanism (up, down, on, off); the derived candidate follows it. Default: the knob catalog's.")] = None,
+    diagnosis_id: Annotated[Optional[int], typer.Option("--diagnosis", min=1, help="Link the stored experiment to this saved diagnosis (the dashboard's 'prove this check').")] = None,
     readout_signal: Annotated[Optional[str], typer.Option("--readout", help="Primary readout as a signal name (ttft_p95, tpot_p95, e2e_p99...). Default: the mechanism's.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (both arms' argv, workload, blocks, guardrails) and touch nothing.")] = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep every block's samples in the store.")] = True,
@@ -91,11 +93,15 @@ def experiment(
             raise typer.Exit(EXIT_OK)
         if not mechanism and not aa:
             raise DesignError("give --mechanism (the knob to change), or --aa for an A/A run, or --plan")
+        from advisor.knobs import DIRECTIONS
+
+        if direction is not None and direction not in DIRECTIONS:
+            raise DesignError(f"--direction {direction!r}: use one of {', '.join(DIRECTIONS)}")
         if aa and (mechanism or value):
             raise DesignError("--aa runs the baseline's own configuration on both arms: give no --mechanism or --value")
         d = design(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
                    concurrency=concurrency, readout_signal=readout_signal, warmup=warmup, guardrails=guardrails,
-                   sequential=not fixed, effect=effect, aa=aa, calibration=cal)
+                   sequential=not fixed, effect=effect, aa=aa, calibration=cal, direction=direction)
         if dry_run or plan_only:
             if output is Output.json:
                 print(json_text({"dry_run": True, "plan": d.describe(), "baseline_argv": d.baseline_args,
@@ -105,7 +111,7 @@ def experiment(
             else:
                 render_plan(d, out)
             raise typer.Exit(EXIT_OK)
-        result = session.run(d, save=save, say=_say("\\[experiment] "), note=_recovered)
+        result = session.run(d, save=save, say=_say("\\[experiment] "), note=_recovered, diagnosis_id=diagnosis_id)
     except session.KeyboardInterruptWithResult as e:  # the baseline was restored: report what was found
         result = e.result
     except AdvisorError as e:

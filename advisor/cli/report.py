@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -57,6 +57,41 @@ def report_experiment(experiment_id: Annotated[int, typer.Argument(help="A store
             raise ReportError("an experiment report is HTML: use a .html file name")
         with open_store(get_settings().database_url) as store:
             text = stored_experiment(store, experiment_id)
+        _write(out, text)
+    except AdvisorError as e:
+        raise fail(str(e)) from None
+
+
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="advisor.yaml: the deployments to report on. Default: $ADVISOR_CONFIG.")]
+
+
+@report_app.command("weekly")
+def report_weekly(out: Out, config: ConfigOpt = None,
+                  deployment: Annotated[Optional[str], typer.Option("--deployment", help="Only this deployment of advisor.yaml.")] = None,
+                  since: Annotated[str, typer.Option("--since", help="The period covered, against the same period before it: 7d, 24h.")] = "7d") -> None:
+    """The weekly report: per deployment, SLO attainment, daily TTFT/TPOT/E2E percentiles against the
+    period before (charts), findings that appeared, persisted or disappeared, experiments and their
+    verdicts, the next change to make and whether it is proven, and the drift of the traffic shape.
+
+    Reads each deployment's Prometheus (at past instants) and the store. A deployment whose
+    Prometheus cannot be read gets a line saying so; the others are reported."""
+    from advisor.fleet.config import load_config
+    from advisor.fleet.weekly import weekly_report
+    from advisor.reports.documents import format_of
+    from advisor.store import open_store
+    from advisor.units import parse_duration
+
+    try:
+        fmt = format_of(out)
+        try:
+            period = parse_duration(since)
+        except ValueError as e:
+            raise AdvisorError(f"--since: {e}") from None
+        cfg = load_config(config)
+        if deployment is not None and cfg.get(deployment) is None:
+            raise AdvisorError(f"--deployment {deployment!r} is not in advisor.yaml (known: {', '.join(cfg.names)})")
+        with open_store(get_settings().database_url) as store:
+            text = weekly_report(cfg, store, fmt, deployment, period)
         _write(out, text)
     except AdvisorError as e:
         raise fail(str(e)) from None

@@ -11,6 +11,7 @@ manifest, which would read the target again).
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +44,7 @@ def _quiet(_: str) -> None:
 
 
 def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
-        note: Callable[[str], None] | None = None) -> ExperimentResult:
+        note: Callable[[str], None] | None = None, diagnosis_id: int | None = None) -> ExperimentResult:
     """Runs the experiment the Design describes on its deployment and returns its result (any
     verdict, or status "aborted" after a guardrail). `say` gets progress lines, `note` what recovery
     found (default: `say`). Raises AdvisorError subclasses when it cannot start (state folder or
@@ -73,7 +74,8 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
             stored = None
             if store is not None:
                 stored = store.start_experiment(d.id, dep.name, dep.target_url, d.mechanism, repr(d.value),
-                                                design_document(d), journal=str(directory))
+                                                design_document(d), journal=str(directory),
+                                                diagnosis_id=diagnosis_id)
 
                 def save_block(arm, block, run, summary):
                     return store.save_load_run(d.workload, summary, run.records, target=launcher.url(arm),
@@ -82,7 +84,8 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
                                                block=block)
             # The entry point's handler (advisor.interrupts) shields the restore; without it (an
             # in-process caller), SIGTERM is at least an interrupt, so the baseline is restored.
-            fallback = signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+            fallback = (threading.current_thread() is threading.main_thread()
+                        and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None))
             previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt) if fallback else None
             try:
                 result = runner.execute(d, launcher, journal, say, save_block)

@@ -52,7 +52,8 @@ class ExperimentsMixin:
     """Store methods for experiments (see repository.Store for _guard and _sessions)."""
 
     def start_experiment(self, key: str, deployment: str, target: str, mechanism: str, value: str,
-                         design: dict[str, Any], journal: str | None = None) -> int:
+                         design: dict[str, Any], journal: str | None = None,
+                         diagnosis_id: int | None = None) -> int:
         """A running experiment's row, before its first block: returns the id its blocks carry."""
         from advisor.store.repository import _plain
 
@@ -60,7 +61,7 @@ class ExperimentsMixin:
         with self._guard("record the experiment"), self._sessions.begin() as session:
             row = ExperimentRow(key=key, created_at=now, updated_at=now, deployment=deployment,
                                 target=redact_url(target), mechanism=mechanism, value=value, status="running",
-                                journal=journal, design=_plain(design))
+                                journal=journal, design=_plain(design), diagnosis_id=diagnosis_id)
             session.add(row)
             session.flush()
             return row.id

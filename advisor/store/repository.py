@@ -46,6 +46,7 @@ class DiagnosisSummary:
     via: str
     model: str | None
     window_s: float
+    ttft_p95: float | None
     engine_kind: str | None
     engine_version: str | None
     healthy: bool
@@ -179,7 +180,8 @@ class Store(ExperimentsMixin, JobsMixin):
         return None if doc is None else self._validate(Snapshot, doc, diagnosis_id)
 
     def findings_history(self, rule_id: str | None = None, since: datetime | None = None,
-                         target: str | None = None) -> list[FindingRecord]:
+                         target: str | None = None, deployment: str | None = None,
+                         until: datetime | None = None) -> list[FindingRecord]:
         """Every saved finding, oldest first, optionally of one rule / target / since a time (inclusive)."""
         query = select(*_HISTORY).join(FindingRow.diagnosis).order_by(DiagnosisRow.created_at, FindingRow.id)
         if rule_id is not None:
@@ -188,6 +190,10 @@ class Store(ExperimentsMixin, JobsMixin):
             query = query.where(DiagnosisRow.created_at >= since)
         if target is not None:
             query = query.where(DiagnosisRow.target == target)
+        if deployment is not None:
+            query = query.where(DiagnosisRow.deployment == deployment)
+        if until is not None:
+            query = query.where(DiagnosisRow.created_at < until)
         with self._guard("read the findings history"), self._sessions() as session:
             return [FindingRecord(**row._mapping) for row in session.execute(query)]
 
@@ -320,6 +326,7 @@ def diagnosis_row(diagnosis: Diagnosis, snapshot: Snapshot | None, deployment: s
         created_at=datetime.now(timezone.utc),
         target=redact_url(diagnosis.target),
         deployment=deployment,
+        ttft_p95=_num(_signal(snapshot, "ttft_p95")),
         via=diagnosis.via,
         model=diagnosis.model,
         window_s=diagnosis.window_s,
@@ -332,6 +339,12 @@ def diagnosis_row(diagnosis: Diagnosis, snapshot: Snapshot | None, deployment: s
         diagnosis=_document(diagnosis),
         snapshot=None if snapshot is None else _document(snapshot),
     )
+
+
+def _signal(snapshot: Snapshot | None, name: str) -> float | None:
+    signal = snapshot.signals.get(name) if snapshot is not None else None
+    value = getattr(signal, "value", None)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def finding_row(diagnosis_id: int, finding: Finding) -> FindingRow:

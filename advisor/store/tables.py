@@ -80,6 +80,7 @@ class DiagnosisRow(Base):
     created_at: Mapped[datetime] = mapped_column(index=True)
     target: Mapped[str] = mapped_column(index=True)
     deployment: Mapped[str | None] = mapped_column(index=True)  # advisor.yaml's name, when it was one
+    ttft_p95: Mapped[float | None] = mapped_column(Float)  # from the snapshot, for sparklines
     via: Mapped[str]
     model: Mapped[str | None]
     # Explicit: SQLAlchemy 2.0 maps `float` to Float, 2.1 to Double; the migration says Float.

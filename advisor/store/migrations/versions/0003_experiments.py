@@ -37,6 +37,8 @@ def upgrade() -> None:
     # Which watched deployment (advisor.yaml's name) a diagnosis was of, when it was of one.
     with op.batch_alter_table("diagnoses") as batch:
         batch.add_column(sa.Column("deployment", sa.String(), nullable=True))
+        # The fleet page's sparkline: one number per diagnosis, without reading its snapshot.
+        batch.add_column(sa.Column("ttft_p95", sa.Float(), nullable=True))
         batch.create_index("ix_diagnoses_deployment", ["deployment"])
 
     op.create_table(
@@ -93,6 +95,7 @@ def downgrade() -> None:
     op.drop_table("experiments")
     with op.batch_alter_table("diagnoses") as batch:
         batch.drop_index("ix_diagnoses_deployment")
+        batch.drop_column("ttft_p95")
         batch.drop_column("deployment")
     if op.get_bind().dialect.name != "sqlite":
         op.alter_column("load_runs", "experiment_id", existing_type=sa.BigInteger(), type_=sa.Integer(),

@@ -1,0 +1,152 @@
+"""Experiments started from the dashboard: each one is `advisor experiment` in a child process, so
+that it keeps every guarantee of the command (journal, lock, the baseline restored on any ending,
+SIGTERM as an interrupt) and a crash of the web server cannot leave a candidate serving.
+The server stops its children with SIGTERM and waits for their restores when it shuts down."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from advisor.errors import AdvisorError
+from advisor.fleet.config import WatchedDeployment
+
+# How long a child may take from its start to its experiment's first row (design, recovery, reading
+# the target, building prompts), and to print a dry run.
+START_WAIT_S = 180.0
+PREVIEW_WAIT_S = 120.0
+# As long as an experiment's restore may take (localstack waits as long for a diagnose child).
+RESTORE_WAIT_S = 300.0
+
+
+class ActionError(AdvisorError):
+    """An action could not be done; `status` is the HTTP status the API answers with."""
+
+    def __init__(self, message: str, status: int = 409):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class CheckRef:
+    mechanism: str
+    direction: str | None
+    readout: str | None
+    value: str | None = None
+
+
+def spec_name(watched: WatchedDeployment) -> str:
+    """The name experiments are stored under: the deployment spec's own."""
+    from advisor.experiments.deployment import load_deployment
+
+    return load_deployment(_spec(watched)).name
+
+
+def _spec(watched: WatchedDeployment) -> Path:
+    if watched.deployment is None:
+        raise ActionError(f"{watched.name} has no deployment spec in advisor.yaml (deployment: FILE): "
+                          "experiments need one to launch the candidate")
+    return watched.deployment
+
+
+def _argv(watched: WatchedDeployment, ref: CheckRef, diagnosis_id: int | None) -> list[str]:
+    argv = [sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(_spec(watched)),
+            "--mechanism", ref.mechanism, "--from-prom", watched.prom_url, "--output", "json"]
+    if ref.value is not None:
+        argv += ["--value", ref.value]
+    if ref.direction:
+        argv += ["--direction", ref.direction]
+    if ref.readout:
+        argv += ["--readout", ref.readout]
+    if diagnosis_id is not None:
+        argv += ["--diagnosis", str(diagnosis_id)]
+    return argv
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1].removeprefix("error: ") if lines else "no output"
+
+
+class ExperimentRuns:
+    """The experiments this server started, as child processes."""
+
+    def __init__(self, store_url: str, log_dir: Path):
+        self.store_url = store_url
+        self.log_dir = log_dir
+        self._children: dict[int, subprocess.Popen] = {}
+        self._lock = threading.Lock()
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "ADVISOR_DB_URL": self.store_url}
+
+    def preview(self, watched: WatchedDeployment, ref: CheckRef) -> dict:
+        """The design the experiment would run: both arms' argv, the flags that differ, guardrails."""
+        argv = _argv(watched, ref, None) + ["--dry-run"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=PREVIEW_WAIT_S, env=self._env())
+        except subprocess.TimeoutExpired:
+            raise ActionError(f"the experiment's plan took longer than {PREVIEW_WAIT_S:.0f} s", 504) from None
+        if done.returncode != 0:
+            raise ActionError(f"cannot plan the experiment: {_last_line(done.stderr)}")
+        plan = json.loads(done.stdout)
+        base, cand = plan["baseline_argv"], plan["candidate_argv"]
+        plan["changes"] = [a for a in cand if a not in base] + [f"(removed) {a}" for a in base if a not in cand]
+        plan["guardrails"] = [line for line in plan["plan"] if "guardrail" in line.lower()]
+        return plan
+
+    def start(self, watched: WatchedDeployment, ref: CheckRef, diagnosis_id: int | None) -> int:
+        """Starts the experiment; returns its store id once its row exists (it then runs on)."""
+        from advisor.store import open_store
+
+        name = spec_name(watched)
+        with open_store(self.store_url) as store:
+            running = [e for e in store.list_experiments(deployment=name, limit=5) if e.status == "running"]
+            if running and any(p.poll() is None for p in self._children.values()):
+                raise ActionError(f"experiment {running[0].id} is still running on {watched.name}: one at a time")
+            since = datetime.now(timezone.utc)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log = self.log_dir / f"experiment-{watched.name}-{since:%Y%m%d-%H%M%S}.log"
+            with open(log, "w") as err:
+                proc = subprocess.Popen(_argv(watched, ref, diagnosis_id), stdout=subprocess.DEVNULL, stderr=err,
+                                        env=self._env(), start_new_session=True)
+            deadline = time.monotonic() + START_WAIT_S
+            while time.monotonic() < deadline:
+                found = [e for e in store.list_experiments(deployment=name, limit=5) if e.created_at >= since]
+                if found:
+                    with self._lock:
+                        self._children[found[-1].id] = proc
+                    return found[-1].id
+                if proc.poll() is not None:
+                    raise ActionError(f"the experiment could not start: {_last_line(log.read_text())}")
+                time.sleep(0.5)
+        self._stop(proc)
+        raise ActionError(f"the experiment did not start within {START_WAIT_S:.0f} s (log: {log})", 504)
+
+    def stop_all(self) -> None:
+        """SIGTERM to every running child (an interrupt: it restores its baseline), then wait."""
+        with self._lock:
+            children = [p for p in self._children.values() if p.poll() is None]
+        for proc in children:
+            self._stop(proc)
+
+    @staticmethod
+    def _stop(proc: subprocess.Popen) -> None:
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=RESTORE_WAIT_S)
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            # Past the restore's own budget: the journal lets `advisor recover` finish the job.
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,152 @@
+"""The JSON API. Paths scripts can rely on: /api/deployments, /api/deployments/{name}/diagnoses
+(GET newest first; POST runs one now: 202 with its id), /api/deployments/{name}/experiments (GET;
+POST starts one: 202 with its id), /api/diagnoses/{id}, /api/experiments/{id}; /openapi.json."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, HTTPException
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, Field
+
+from advisor.fleet.actions import ActionError, CheckRef, spec_name
+from advisor.reports import views
+from advisor.reports.documents import stored_experiment_view
+from advisor.store import StoreError
+from advisor.web.context import Ctx, Watched
+from advisor.web.responses import SafeJSON
+from advisor.web.security import Actor, Reader
+
+router = APIRouter(prefix="/api", tags=["api"], default_response_class=SafeJSON)
+
+
+def _summary(s) -> dict:
+    return {"id": s.id, "created_at": s.created_at.isoformat(), "deployment": s.deployment, "target": s.target,
+            "healthy": s.healthy, "top_severity": s.top_severity, "findings": s.findings_count,
+            "ttft_p95": s.ttft_p95, "url": f"/diagnoses/{s.id}"}
+
+
+def _experiment(e) -> dict:
+    return {"id": e.id, "key": e.key, "created_at": e.created_at.isoformat(), "deployment": e.deployment,
+            "mechanism": e.mechanism, "value": e.value, "status": e.status, "verdict": e.verdict,
+            "primary_metric": e.primary_metric, "ratio": e.ratio, "baseline_restored": e.baseline_restored,
+            "diagnosis_id": e.diagnosis_id, "url": f"/experiments/{e.id}"}
+
+
+def _experiments_of(ctx, w) -> list:
+    try:
+        name = spec_name(w)
+    except Exception:  # noqa: BLE001  (no spec, or an unreadable one: then it has no experiments)
+        return []
+    return ctx.store.list_experiments(deployment=name)
+
+
+@router.get("/deployments")
+def list_deployments(ctx: Ctx, _: Reader) -> list[dict]:
+    """Every deployment advisor.yaml names, with its latest diagnosis."""
+    rows = []
+    for w in ctx.config.deployments:
+        last = ctx.store.list_diagnoses(deployment=w.name, limit=1)
+        rows.append({"name": w.name, "prom_url": w.prom_url, "diagnose_every": w.diagnose_every,
+                     "experiments": w.deployment is not None,
+                     "last_diagnosis": _summary(last[0]) if last else None})
+    return rows
+
+
+@router.get("/deployments/{name}/diagnoses")
+def list_diagnoses(w: Watched, ctx: Ctx, _: Reader, limit: int = 50) -> list[dict]:
+    """Newest first, each with its id."""
+    return [_summary(s) for s in ctx.store.list_diagnoses(deployment=w.name, limit=max(1, min(limit, 500)))]
+
+
+@router.post("/deployments/{name}/diagnoses", status_code=202)
+async def run_diagnosis(w: Watched, ctx: Ctx, _: Actor) -> dict:
+    """Runs a diagnosis of the deployment now (its Prometheus, its SLOs) and saves it."""
+    from advisor.fleet.diagnose import diagnose
+
+    saved = await run_in_threadpool(diagnose, w, ctx.store_url)
+    d = saved.diagnosis
+    return {"id": saved.id, "url": f"/diagnoses/{saved.id}", "healthy": d.healthy, "top_severity": d.top_severity,
+            "findings": len(d.findings), "checks": [c.title for c in d.checks]}
+
+
+@router.get("/deployments/{name}/experiments")
+def list_experiments(w: Watched, ctx: Ctx, _: Reader) -> list[dict]:
+    return [_experiment(e) for e in _experiments_of(ctx, w)]
+
+
+class ExperimentRequest(BaseModel):
+    """Either a check of a saved diagnosis (diagnosis_id and rank), or a mechanism (and a value)."""
+
+    diagnosis_id: int | None = Field(default=None, ge=1)
+    rank: int | None = Field(default=None, ge=1)
+    mechanism: str | None = Field(default=None, max_length=64, pattern=r"^[a-z_]+$")
+    value: str | None = Field(default=None, max_length=200)
+
+
+def _check_ref(ctx, w, body: ExperimentRequest) -> CheckRef:
+    if body.diagnosis_id is not None:
+        if body.rank is None:
+            raise HTTPException(422, "rank: the check's rank is needed with diagnosis_id")
+        summary = ctx.store.get_diagnosis_summary(body.diagnosis_id)
+        if summary.deployment != w.name:
+            raise HTTPException(404, f"diagnosis {body.diagnosis_id} is not of {w.name}")
+        d = ctx.store.get_diagnosis(body.diagnosis_id)
+        check = next((c for c in d.checks if c.rank == body.rank), None)
+        if check is None:
+            raise HTTPException(404, f"diagnosis {body.diagnosis_id} has no check #{body.rank}")
+        if check.held_back or check.already:
+            raise HTTPException(409, f"check #{body.rank} is {'held back' if check.held_back else check.already}")
+        return CheckRef(check.mechanism, check.direction, check.readout, body.value)
+    if body.mechanism is None:
+        raise HTTPException(422, "give diagnosis_id and rank, or mechanism")
+    return CheckRef(body.mechanism, None, None, body.value)
+
+
+@router.post("/deployments/{name}/experiments/preview")
+async def preview_experiment(w: Watched, ctx: Ctx, _: Actor, body: ExperimentRequest) -> dict:
+    """The design it would run, started nothing: the flag that changes, the guardrails, the plan."""
+    ref = _check_ref(ctx, w, body)
+    return await run_in_threadpool(ctx.runs.preview, w, ref)
+
+
+@router.post("/deployments/{name}/experiments", status_code=202)
+async def start_experiment(w: Watched, ctx: Ctx, _: Actor, body: ExperimentRequest) -> dict:
+    """Starts the experiment; answers once it is recorded, with its id. Follow it at its url."""
+    ref = _check_ref(ctx, w, body)
+    ident = await run_in_threadpool(ctx.runs.start, w, ref, body.diagnosis_id)
+    return {"id": ident, "url": f"/experiments/{ident}"}
+
+
+@router.get("/diagnoses/{diagnosis_id}")
+def get_diagnosis(diagnosis_id: int, ctx: Ctx, _: Reader) -> SafeJSON:
+    d = _or_404(lambda: ctx.store.get_diagnosis(diagnosis_id))
+    summary = ctx.store.get_diagnosis_summary(diagnosis_id)
+    _allowed(ctx, summary.deployment)
+    return SafeJSON({"id": diagnosis_id, "deployment": summary.deployment,
+                         "healthy": d.healthy, "top_severity": d.top_severity, **json.loads(d.model_dump_json())})
+
+
+@router.get("/experiments/{experiment_id}")
+def get_experiment(experiment_id: int, ctx: Ctx, _: Reader) -> SafeJSON:
+    view = _or_404(lambda: stored_experiment_view(ctx.store, experiment_id, charts_on=False))
+    return SafeJSON(json.loads(views.as_json(view)))
+
+
+def _or_404(read):
+    try:
+        return read()
+    except StoreError as e:
+        if str(e).startswith("no "):
+            raise HTTPException(404, str(e).split(" in the store")[0]) from None
+        raise
+
+
+def _allowed(ctx, deployment: str | None) -> None:
+    """Only what advisor.yaml names is shown (a shared store may hold other deployments' diagnoses)."""
+    if deployment is None or ctx.config.get(deployment) is None:
+        raise HTTPException(404, "not a diagnosis of a deployment in advisor.yaml")
+
+
+__all__ = ["ActionError", "router"]

@@ -1,0 +1,101 @@
+"""The FastAPI application: pages (advisor/web/pages.py), the JSON API (advisor/web/api.py), and
+errors that never show a stack trace."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse
+
+from advisor.errors import AdvisorError
+from advisor.fleet.actions import ExperimentRuns
+from advisor.fleet.config import FleetConfig
+from advisor.reports import html
+from advisor.web.context import Context
+from advisor.web.responses import SafeJSON
+
+log = logging.getLogger("advisor.web")
+
+
+class ServeError(AdvisorError):
+    pass
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def create_app(config: FleetConfig, *, store_url: str, token: str | None, host: str = "127.0.0.1",
+               log_dir: Path | None = None, scheduler=None) -> FastAPI:
+    """The app for `config`. Refuses (ServeError) to listen beyond loopback without a token."""
+    from advisor.settings import get_settings
+    from advisor.store import open_store
+    from advisor.web import api, pages
+
+    loopback = is_loopback(host)
+    if not loopback and not token:
+        raise ServeError(f"refusing to listen on {host} without ADVISOR_API_TOKEN: anyone who reaches it could "
+                         "read every diagnosis (bind to 127.0.0.1, or set a token)")
+    runs = ExperimentRuns(store_url, log_dir or get_settings().data_dir / "serve-logs")
+    store = open_store(store_url)  # migrated now: a bad database stops the server before it listens
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if scheduler is not None:
+            scheduler.start()
+        try:
+            yield
+        finally:
+            if scheduler is not None:
+                scheduler.stop()
+            runs.stop_all()  # every experiment it started restores its baseline first
+            store.close()
+
+    app = FastAPI(title="LLM serving advisor", version="0.1.0", lifespan=lifespan,
+                  # Swagger UI and ReDoc load scripts from a CDN: the schema stays at /openapi.json.
+                  docs_url=None, redoc_url=None)
+    app.state.context = Context(config=config, store=store, store_url=store_url, token=token, loopback=loopback,
+                                runs=runs)
+    app.include_router(api.router)
+    app.include_router(pages.router)
+
+    def wants_json(request: Request) -> bool:
+        return request.url.path.startswith("/api/") or request.url.path == "/openapi.json"
+
+    def error(request: Request, status: int, message: str, headers=None):
+        if wants_json(request):
+            return SafeJSON({"detail": message}, status_code=status, headers=headers)
+        page = html.render("error.html.j2", status=status, message=message, dashboard=True)
+        return HTMLResponse(page, status_code=status, headers=headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        return error(request, exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return error(request, 422, f"{where}: {first.get('msg')}" if where else str(first.get("msg")))
+
+    @app.exception_handler(AdvisorError)
+    async def advisor_error(request: Request, exc: AdvisorError):
+        status = getattr(exc, "status", 502)
+        return error(request, status, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception):
+        log.exception("internal error on %s", request.url.path)  # the trace goes to the log, never the page
+        return error(request, 500, "internal error (the server's log has the details)")
+
+    return app
