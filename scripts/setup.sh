@@ -33,4 +33,5 @@ else
 fi
 
 bash scripts/setup-postgres.sh
+bash scripts/setup-browser.sh
 bash scripts/setup-engine.sh

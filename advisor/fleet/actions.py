@@ -64,8 +64,16 @@ def _argv(watched: WatchedDeployment, ref: CheckRef, diagnosis_id: int | None) -
         argv += ["--value", ref.value]
     if ref.direction:
         argv += ["--direction", ref.direction]
-    if ref.readout:
-        argv += ["--readout", ref.readout]
+    limits = watched.experiments
+    readout = limits.readout or ref.readout
+    if readout:
+        argv += ["--readout", readout]
+    for option, value in (("--blocks", limits.blocks), ("--block-requests", limits.block_requests),
+                          ("--concurrency", limits.concurrency), ("--max-duration", limits.max_duration)):
+        if value is not None:
+            argv += [option, str(value)]
+    if limits.fixed:
+        argv.append("--fixed")
     if diagnosis_id is not None:
         argv += ["--diagnosis", str(diagnosis_id)]
     return argv

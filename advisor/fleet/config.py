@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from advisor.errors import AdvisorError
 from advisor.fleet.cron import parse_cron
@@ -25,21 +25,47 @@ class FleetError(AdvisorError):
     """advisor.yaml is missing, unreadable or invalid."""
 
 
+def _as_path(value: object) -> object:
+    return Path(value) if isinstance(value, str) and value else value
+
+
+# A path as YAML writes it: text, made a Path before strict validation sees it.
+PathText = Annotated[Path, BeforeValidator(_as_path)]
+
+
 def _duration(value: object) -> object:
     if isinstance(value, str):
         parse_duration(value)  # ValueError -> the field's one-line error
     return value
 
 
+class ExperimentLimits(InputModel):
+    """What experiments started from the dashboard may cost this deployment (advisor experiment's
+    options of the same names); unset: the advisor plans them from the measured noise."""
+
+    blocks: int | None = Field(default=None, ge=2, description="most blocks per arm")
+    block_requests: int | None = Field(default=None, ge=1, description="requests per block")
+    readout: str | None = Field(default=None, description="primary readout, e.g. ttft_p50; default: the check's")
+    concurrency: int | None = Field(default=None, ge=1)
+    max_duration: str | None = Field(default=None, description="guardrail: abort past this long")
+    fixed: bool = Field(default=False, description="run every planned block instead of stopping early")
+
+    @field_validator("max_duration")
+    @classmethod
+    def _max(cls, v: str | None) -> str | None:
+        return _duration(v)
+
+
 class WatchedDeployment(InputModel):
     name: str = Field(description="the id used in URLs and reports: letters, digits, '.', '_', '-'")
     prom_url: str = Field(description="the Prometheus that scrapes this deployment")
-    deployment: Path | None = Field(default=None, description="deployment spec, for experiments")
-    slo: Path | None = Field(default=None, description="SLO YAML; default: the built-in SLOs")
-    rules_config: Path | None = Field(default=None, description="per-rule overrides YAML")
+    deployment: PathText | None = Field(default=None, description="deployment spec, for experiments")
+    slo: PathText | None = Field(default=None, description="SLO YAML; default: the built-in SLOs")
+    rules_config: PathText | None = Field(default=None, description="per-rule overrides YAML")
     model: str | None = Field(default=None, description="only this served model's series")
     window: Annotated[str, Field(description="how far back a diagnosis looks")] = "5m"
     diagnose_every: str | None = Field(default=None, description="run a diagnosis this often (advisor serve)")
+    experiments: ExperimentLimits = Field(default_factory=ExperimentLimits)
 
     @field_validator("name")
     @classmethod
@@ -63,7 +89,7 @@ class WatchedDeployment(InputModel):
 
 class WeeklyReport(InputModel):
     cron: str = Field(default="0 8 * * MON", description="when advisor serve writes it (UTC, five cron fields)")
-    out_dir: Path | None = Field(default=None, description="folder the report files are written to")
+    out_dir: PathText | None = Field(default=None, description="folder the report files are written to")
     webhook: str | None = Field(default=None, description="Slack-compatible webhook the report is posted to")
     since: str = Field(default="7d", description="the period each report covers")
 

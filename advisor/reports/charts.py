@@ -141,3 +141,18 @@ def daily(days: Sequence[datetime], series: dict[str, Sequence[float | None]],
     ax.set_ylim(bottom=0)
     ax.legend(frameon=False, fontsize=7, ncol=2)
     return _svg(fig, title)
+
+
+def evidence(rows: Sequence[tuple[str, float, float]], title: str) -> Markup:
+    """Each piece of evidence as its value over the threshold it was compared with (1 = at the
+    threshold), so that how far past its line each signal is reads at a glance."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 0.38 * max(len(rows), 1) + 0.8))
+    ratios = [v / t if t else float("nan") for _, v, t in rows]
+    ys = list(range(len(rows)))[::-1]
+    ax.barh(ys, ratios, color=["#c0392b" if r >= 1 else "#4c72b0" for r in ratios], height=0.5)
+    ax.axvline(1.0, color="#555555", linewidth=1)
+    ax.set_yticks(ys, [_label(r[0], 40) for r in rows])
+    ax.set_xlabel("value / threshold (1 = at the threshold)")
+    ax.set_title(_label(title), loc="left", fontsize=9)
+    return _svg(fig, "evidence: " + title)

@@ -166,6 +166,7 @@ class FindingView:
     layer: str
     map_row: str
     evidence: list[EvidenceRow]
+    chart_svg: Markup | None = None
 
 
 @dataclass
@@ -217,6 +218,16 @@ def _verdict_line(v: CheckVerdict | CheckSkip | None) -> tuple[str, str | None]:
     return "-", None
 
 
+def _number(x) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x else None
+
+
+def _evidence_chart(f) -> Markup | None:
+    rows = [(ev.signal, _number(ev.value), _number(ev.threshold)) for ev in f.evidence]
+    rows = [(name, v, t) for name, v, t in rows if v is not None and t]
+    return charts.evidence(rows, f"{f.rule_id} {f.symptom}") if rows else None
+
+
 def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | None = None,
                    experiments: list[ExperimentView] | None = None, charts_on: bool = True) -> DiagnosisView:
     """The diagnosis; its experiments are the stored ones given, else those its checks carry."""
@@ -247,7 +258,8 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
         slo=", ".join(f"{k} {v:g}" for k, v in d.slo.items() if v is not None), healthy=d.healthy,
         top_severity=d.top_severity, status_line=status,
         findings=[FindingView(f.rule_id, f.name, f.symptom, f.severity, f.layer, f.map_row,
-                              [EvidenceRow(ev.text, ev.source) for ev in f.evidence]) for f in d.findings],
+                              [EvidenceRow(ev.text, ev.source) for ev in f.evidence],
+                              _evidence_chart(f) if charts_on else None) for f in d.findings],
         checks=checks, not_evaluated=[(x.rule_id, x.reason) for x in d.not_evaluated], problems=list(d.problems),
         experiments=experiments, id=ident, deployment=deployment)
 

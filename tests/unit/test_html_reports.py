@@ -59,7 +59,7 @@ def test_every_state_renders_escaped_and_offline(state):
         return
     assert 'id="checks"' in page and "histogram_quantile(0.5, ...)" in page, "the PromQL behind a number"
     if state != "symptoms":
-        assert page.count("<svg") == 2, "forest plot and per-block chart"
+        assert page.count("<svg") == 4, "evidence of both findings, forest plot, per-block chart"
         assert "forest plot" in page and "per-block" in page
     if state == "aborted":
         assert "<span class=\"dim\">aborted</span>" in page
