@@ -44,6 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompt-words", type=int, default=800, help="prompt length in words (default 800)")
     p.add_argument("--max-tokens", type=int, default=32, help="output tokens per request (default 32)")
     p.add_argument("--no-experiment", action="store_true", help="diagnose only; skip the A/B experiment")
+    p.add_argument("--serve", type=int, metavar="PORT", default=None,
+                   help="instead of the CLI diagnosis, keep the engine and Prometheus up and run the dashboard "
+                        "(advisor serve) on 127.0.0.1:PORT until Ctrl-C, with an advisor.yaml naming them")
     return p.parse_args(argv)
 
 
@@ -108,6 +111,34 @@ def _stop_child(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def serve_dashboard(engine: LocalEngine, prom: LocalPrometheus, args: argparse.Namespace) -> int:
+    """advisor serve beside the local deployment, with an advisor.yaml that names it, until Ctrl-C."""
+    import os
+    import secrets
+
+    import yaml
+
+    home = Path(tempfile.mkdtemp(prefix="advisor-local-"))
+    write_deployment(engine, home / "deployment.yaml")
+    (home / "advisor.yaml").write_text(yaml.safe_dump({
+        # A 10-minute window: a diagnosis run from the dashboard still sees the queue just driven.
+        "deployments": [{"name": "local", "prom_url": prom.url, "deployment": "deployment.yaml", "window": "10m",
+                         "diagnose_every": "15m"}],
+        "weekly_report": {"cron": "0 8 * * MON", "out_dir": "reports"}}, sort_keys=False))
+    token = os.environ.get("ADVISOR_API_TOKEN") or secrets.token_urlsafe(16)
+    log(f"advisor.yaml: {home / 'advisor.yaml'}")
+    log(f"dashboard: http://127.0.0.1:{args.serve}/  (API token for its actions: {token}); Ctrl-C stops everything")
+    proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "serve", "--config", str(home / "advisor.yaml"),
+                             "--port", str(args.serve)], stdin=subprocess.DEVNULL,
+                            env={**os.environ, "ADVISOR_API_TOKEN": token})
+    try:
+        return proc.wait()
+    except BaseException:
+        log("stopping the dashboard; experiments it started restore their baseline first")
+        _stop_child(proc)
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # systemd, CI and `timeout` stop us with SIGTERM: unwind through the finally below like Ctrl-C.
@@ -142,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         # The window now holds the queue; stop the load so the experiment has the engine to itself.
         stop.set()
         worker.join(timeout=120)
+        if args.serve is not None:
+            return serve_dashboard(engine, prom, args)
         deployment = None
         if not args.no_experiment:
             deployment = write_deployment(engine, Path(tempfile.mkdtemp(prefix="advisor-local-")) / "deployment.yaml")

@@ -42,17 +42,20 @@ def test_kubernetes_cronjob_runs_the_weekly_report():
 
 
 def test_docker_compose_runs_serve_on_postgresql():
-    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     advisor = compose["services"]["advisor"]
     assert advisor["environment"]["ADVISOR_DB_URL"].startswith("postgresql+psycopg://")
+    assert advisor["environment"]["ADVISOR_DB_URL"].split("@")[1].startswith("postgres:5432/")
+    assert "postgres" in compose["services"] and "postgres" in advisor["depends_on"]
     assert "ADVISOR_API_TOKEN" in advisor["environment"], "it binds beyond loopback: a token is required"
     assert advisor["ports"] == ["127.0.0.1:8080:8080"]
-    _runs(advisor["command"])
-    assert (DEPLOY / advisor["build"]["context"] / advisor["build"]["dockerfile"]).resolve().is_file()
+    assert advisor["command"][0] == "advisor"
+    _runs(advisor["command"][1:])
+    dockerfile = (ROOT / advisor["build"] / "Dockerfile").read_text()
     for copied in ("advisor", "probes", "rules", "templates", "pyproject.toml"):
-        assert f"COPY {copied}" in (DEPLOY / "Dockerfile").read_text()
+        assert f"COPY {copied}" in dockerfile
     if shutil.which("docker-compose"):
-        done = subprocess.run(["docker-compose", "-f", str(DEPLOY / "docker-compose.yml"), "config", "-q"],
+        done = subprocess.run(["docker-compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
                               capture_output=True, text=True, env={"ADVISOR_API_TOKEN": "x", "PATH": "/usr/bin:/bin"})
         assert done.returncode == 0, done.stderr
 
