@@ -90,14 +90,19 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
             try:
                 result = runner.execute(d, launcher, journal, say, save_block)
             except runner.KeyboardInterruptWithResult as e:
-                _quietly(lambda: store.finish_experiment(stored, e.result, status="interrupted"), stored)
+                so_far = e.result
+                _quietly(lambda: store.finish_experiment(stored, so_far, status="interrupted"), stored)
                 raise
             except BaseException as e:
-                _quietly(lambda: store.fail_experiment(stored, f"{type(e).__name__}: {e}"), stored)
+                why = f"{type(e).__name__}: {e}"
+                _quietly(lambda: store.fail_experiment(stored, why), stored)
                 raise
             finally:
                 if fallback:
                     signal.signal(signal.SIGTERM, previous)
+    finally:
+        if store is not None:
+            store.close()
     if d.aa and result.status == "finished":
         from advisor.experiments import calibration
 
