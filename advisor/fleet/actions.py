@@ -84,6 +84,43 @@ def _last_line(text: str) -> str:
     return lines[-1].removeprefix("error: ") if lines else "no output"
 
 
+def _flags(argv: list[str]) -> dict[str, str | None]:
+    """--flag value, --flag=value and bare --switch, by flag; positional words under their index."""
+    flags: dict[str, str | None] = {}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word.startswith("-") and "=" in word:
+            name, _, value = word.partition("=")
+            flags[name] = value
+        elif word.startswith("-"):
+            takes = i + 1 < len(argv) and not argv[i + 1].startswith("-")
+            flags[word] = argv[i + 1] if takes else None
+            i += takes
+        else:
+            flags[f"#{i}"] = word
+        i += 1
+    return flags
+
+
+def flag_changes(baseline: list[str], candidate: list[str]) -> list[str]:
+    """What the candidate's command line changes, one line per flag: "--max-num-seqs 2 -> 8"."""
+    a, b = _flags(baseline), _flags(candidate)
+
+    def show(name: str, value: str | None) -> str:
+        return name if value is None else f"{name} {value}"
+
+    lines = []
+    for name in dict.fromkeys([*a, *b]):
+        if name in a and name in b and a[name] != b[name]:
+            lines.append(f"{name} {a[name] if a[name] is not None else '(set)'} -> {b[name]}")
+        elif name in b and name not in a:
+            lines.append(f"{show(name, b[name])} (added)")
+        elif name in a and name not in b:
+            lines.append(f"{show(name, a[name])} (removed)")
+    return lines
+
+
 class ExperimentRuns:
     """The experiments this server started, as child processes."""
 
@@ -107,7 +144,7 @@ class ExperimentRuns:
             raise ActionError(f"cannot plan the experiment: {_last_line(done.stderr)}")
         plan = json.loads(done.stdout)
         base, cand = plan["baseline_argv"], plan["candidate_argv"]
-        plan["changes"] = [a for a in cand if a not in base] + [f"(removed) {a}" for a in base if a not in cand]
+        plan["changes"] = flag_changes(base, cand)
         plan["guardrails"] = [line for line in plan["plan"] if "guardrail" in line.lower()]
         return plan
 

@@ -106,7 +106,11 @@ def blocks(points: Sequence[tuple[int, str, float | None, bool]], ylabel: str) -
         ax.legend(frameon=False, fontsize=8)
     ax.set_xlabel("block, in run order")
     ax.set_ylabel(_label(ylabel))
-    ax.set_ylim(bottom=0)
+    values = [y for _, _, y, _ in points if y is not None]
+    ax.set_ylim(0, max(values) * 1.12 if values and max(values) > 0 else 1)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return _svg(fig, "per-block " + ylabel)
 
 

@@ -92,10 +92,12 @@ async def diagnosis_download(diagnosis_id: int, ctx: Ctx, _: Reader) -> Response
 
 
 def _experiment_view(ctx, experiment_id: int):
+    """The view and the advisor.yaml name of its deployment (experiments are stored under the spec's)."""
     view = _or_404(lambda: documents.stored_experiment_view(ctx.store, experiment_id))
-    if not any(_spec_is(ctx, w, view.deployment) for w in ctx.config.deployments):
+    watched = next((w.name for w in ctx.config.deployments if _spec_is(ctx, w, view.deployment)), None)
+    if watched is None:
         raise HTTPException(404, "not an experiment of a deployment in advisor.yaml")
-    return view
+    return view, watched
 
 
 def _spec_is(ctx, w, name: str) -> bool:
@@ -109,15 +111,15 @@ def _spec_is(ctx, w, name: str) -> bool:
 
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
 async def experiment(experiment_id: int, ctx: Ctx, _: Reader, fragment: bool = False) -> HTMLResponse:
-    view = await run_in_threadpool(_experiment_view, ctx, experiment_id)
+    view, watched = await run_in_threadpool(_experiment_view, ctx, experiment_id)
     if fragment:  # the running page's refresh: just the body
         return HTMLResponse(html.render("_experiment_body.html.j2", x=view))
-    return _page("experiment.html.j2", ctx, x=view)
+    return _page("experiment.html.j2", ctx, x=view, watched=watched)
 
 
 @router.get("/experiments/{experiment_id}/report.html")
 async def experiment_download(experiment_id: int, ctx: Ctx, _: Reader) -> Response:
-    view = await run_in_threadpool(_experiment_view, ctx, experiment_id)
+    view, _watched = await run_in_threadpool(_experiment_view, ctx, experiment_id)
     return _download(html.render("experiment.html.j2", x=view), f"experiment-{experiment_id}.html")
 
 
