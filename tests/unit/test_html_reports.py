@@ -104,3 +104,18 @@ def test_view_json_has_no_charts():
     view = views.diagnosis_view(with_experiment(make_diagnosis(), make_result()))
     text = views.as_json(view)
     assert "<svg" not in text and '"verdict": "improved' in text.replace("improved on", "improved")
+
+
+def test_weekly_report_renders_with_no_data_at_all(tmp_path):
+    """A deployment whose Prometheus is down and whose store holds nothing: the report still
+    renders, says why, and names what it could not read."""
+    from advisor.fleet.config import FleetConfig
+    from advisor.fleet.weekly import weekly_report
+
+    cfg = FleetConfig.model_validate({"deployments": [{"name": f"x{EVIL[:0]}", "prom_url": "http://127.0.0.1:9"}]})
+    with open_store(f"sqlite:///{tmp_path / 'a.db'}") as store:
+        page = weekly_report(cfg, store, "html")
+        md = weekly_report(cfg, store, "markdown")
+    offline(page)
+    assert "Prometheus at http://127.0.0.1:9" in page and "no data" in page
+    assert "problem: Prometheus at" in md
