@@ -10,6 +10,7 @@ manifest, which would read the target again).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -75,7 +76,8 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
             if store is not None:
                 stored = store.start_experiment(d.id, dep.name, dep.target_url, d.mechanism, repr(d.value),
                                                 design_document(d), journal=str(directory),
-                                                diagnosis_id=diagnosis_id)
+                                                diagnosis_id=diagnosis_id,
+                                                launch_key=os.environ.get("ADVISOR_LAUNCH_KEY"))
 
                 def save_block(arm, block, run, summary):
                     return store.save_load_run(d.workload, summary, run.records, target=launcher.url(arm),
@@ -103,13 +105,19 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
     finally:
         if store is not None:
             store.close()
-    if d.aa and result.status == "finished":
-        from advisor.experiments import calibration
+    try:
+        if d.aa and result.status == "finished":
+            from advisor.experiments import calibration
 
-        cal = calibration.measure(d.id, dep.name, d.workload.name, len(d.requests), result._by_block)
-        calibration.save(directory, cal)
-        result.calibration = cal.readouts
-    result.manifest = experiment_manifest(d, result)
+            cal = calibration.measure(d.id, dep.name, d.workload.name, len(d.requests), result._by_block)
+            calibration.save(directory, cal)
+            result.calibration = cal.readouts
+        result.manifest = experiment_manifest(d, result)
+    except BaseException as e:
+        # The blocks are done and the baseline restored: the row says so, never "running" for ever.
+        ending = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        _quietly(lambda: _finish(stored, result, ending), stored)
+        raise
     if stored is not None:
         _finish(stored, result)
     return result
@@ -125,12 +133,12 @@ def _quietly(write: Callable[[], None], stored: int | None) -> None:
         pass
 
 
-def _finish(stored: int, result: ExperimentResult) -> None:
+def _finish(stored: int, result: ExperimentResult, status: str | None = None) -> None:
     # Reopened: the store was closed while the manifest read the target.
     from advisor.store import open_store
 
     with open_store(get_settings().database_url) as store:
-        store.finish_experiment(stored, result)
+        store.finish_experiment(stored, result, status=status)
 
 
 def design_document(d: Design) -> dict:

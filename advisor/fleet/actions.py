@@ -23,6 +23,8 @@ from advisor.fleet.config import WatchedDeployment
 # the target, building prompts), and to print a dry run.
 START_WAIT_S = 180.0
 PREVIEW_WAIT_S = 120.0
+# The child stores this launch key with its experiment's row (advisor/experiments/session.py).
+KEY_ENV = "ADVISOR_LAUNCH_KEY"
 # As long as an experiment's restore may take (localstack waits as long for a diagnose child).
 RESTORE_WAIT_S = 300.0
 
@@ -127,17 +129,28 @@ class ExperimentRuns:
     def __init__(self, store_url: str, log_dir: Path):
         self.store_url = store_url
         self.log_dir = log_dir
-        self._children: dict[int, subprocess.Popen] = {}
+        self._children: dict[str, tuple[str, subprocess.Popen]] = {}  # launch key -> (deployment, child)
         self._lock = threading.Lock()
 
-    def _env(self) -> dict[str, str]:
-        return {**os.environ, "ADVISOR_DB_URL": self.store_url}
+    def _env(self, watched: WatchedDeployment, key: str | None = None) -> dict[str, str]:
+        from probes.http import BasicAuth, BearerAuth
+
+        env = {**os.environ, "ADVISOR_DB_URL": self.store_url}
+        auth = getattr(watched, "_auth", None)
+        # The child reads Prometheus with advisor.yaml's credentials, never on its command line.
+        if isinstance(auth, BasicAuth):
+            env.update(ADVISOR_PROM_USER=auth.user, ADVISOR_PROM_PASSWORD=auth.password)
+        elif isinstance(auth, BearerAuth):
+            env["ADVISOR_PROM_TOKEN"] = auth.token
+        if key is not None:
+            env[KEY_ENV] = key
+        return env
 
     def preview(self, watched: WatchedDeployment, ref: CheckRef) -> dict:
         """The design the experiment would run: both arms' argv, the flags that differ, guardrails."""
         argv = _argv(watched, ref, None) + ["--dry-run"]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=PREVIEW_WAIT_S, env=self._env())
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=PREVIEW_WAIT_S, env=self._env(watched))
         except subprocess.TimeoutExpired:
             raise ActionError(f"the experiment's plan took longer than {PREVIEW_WAIT_S:.0f} s", 504) from None
         if done.returncode != 0:
@@ -149,37 +162,45 @@ class ExperimentRuns:
         return plan
 
     def start(self, watched: WatchedDeployment, ref: CheckRef, diagnosis_id: int | None) -> int:
-        """Starts the experiment; returns its store id once its row exists (it then runs on)."""
+        """Starts the experiment; returns its store id once its row exists (it then runs on).
+        One at a time per deployment: its target lock would refuse a second anyway, later."""
+        import secrets
+
         from advisor.store import open_store
 
         name = spec_name(watched)
-        with open_store(self.store_url) as store:
-            running = [e for e in store.list_experiments(deployment=name, limit=5) if e.status == "running"]
-            if running and any(p.poll() is None for p in self._children.values()):
-                raise ActionError(f"experiment {running[0].id} is still running on {watched.name}: one at a time")
-            since = datetime.now(timezone.utc)
+        with self._lock:
+            self._reap()
+            if any(p.poll() is None for dep, p in self._children.values() if dep == watched.name):
+                raise ActionError(f"an experiment is still running on {watched.name}: one at a time")
+            key = secrets.token_hex(8)  # the child stores it with its row, so that its row is found
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            log = self.log_dir / f"experiment-{watched.name}-{since:%Y%m%d-%H%M%S}.log"
+            log = self.log_dir / f"experiment-{watched.name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.log"
             with open(log, "w") as err:
                 proc = subprocess.Popen(_argv(watched, ref, diagnosis_id), stdout=subprocess.DEVNULL, stderr=err,
-                                        env=self._env(), start_new_session=True)
+                                        env=self._env(watched, key), start_new_session=True)
+            self._children[key] = (watched.name, proc)
+        with open_store(self.store_url) as store:
             deadline = time.monotonic() + START_WAIT_S
             while time.monotonic() < deadline:
-                found = [e for e in store.list_experiments(deployment=name, limit=5) if e.created_at >= since]
-                if found:
-                    with self._lock:
-                        self._children[found[-1].id] = proc
-                    return found[-1].id
+                found = store.find_experiment_by_launch(name, key)
+                if found is not None:
+                    return found
                 if proc.poll() is not None:
                     raise ActionError(f"the experiment could not start: {_last_line(log.read_text())}")
                 time.sleep(0.5)
         self._stop(proc)
         raise ActionError(f"the experiment did not start within {START_WAIT_S:.0f} s (log: {log})", 504)
 
+    def _reap(self) -> None:
+        for key, (_, proc) in list(self._children.items()):
+            if proc.poll() is not None:  # poll() reaps it: no zombie stays behind
+                del self._children[key]
+
     def stop_all(self) -> None:
         """SIGTERM to every running child (an interrupt: it restores its baseline), then wait."""
         with self._lock:
-            children = [p for p in self._children.values() if p.poll() is None]
+            children = [p for _, p in self._children.values() if p.poll() is None]
         for proc in children:
             self._stop(proc)
 
@@ -195,3 +216,4 @@ class ExperimentRuns:
         except subprocess.TimeoutExpired:
             # Past the restore's own budget: the journal lets `advisor recover` finish the job.
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
 from advisor.errors import AdvisorError
 from advisor.fleet.cron import parse_cron
@@ -66,6 +66,9 @@ class WatchedDeployment(InputModel):
     window: Annotated[str, Field(description="how far back a diagnosis looks")] = "5m"
     diagnose_every: str | None = Field(default=None, description="run a diagnosis this often (advisor serve)")
     experiments: ExperimentLimits = Field(default_factory=ExperimentLimits)
+
+    # Credentials split off prom_url by load_config, for child processes' environment only.
+    _auth: object = PrivateAttr(default=None)
 
     @field_validator("name")
     @classmethod
@@ -149,10 +152,19 @@ def config_path(path: Path | None) -> Path:
 def load_config(path: Path | None = None) -> FleetConfig:
     """advisor.yaml validated, its relative paths made relative to its folder, and each named
     file shown to exist; every problem one line naming the file and field."""
+    from advisor import net
+    from probes.http import split_userinfo
+
     path = config_path(path)
     config = load_model(path, FleetConfig, FleetError)
     base = path.resolve().parent
     for i, d in enumerate(config.deployments):
+        # user:password@ in prom_url is taken out here: every page, report, log and child process
+        # sees the URL without it; this process sends it to that origin only (advisor/net.py).
+        clean, auth = split_userinfo(d.prom_url)
+        if auth is not None:
+            net.target(d.prom_url, "prom", f"deployments.{i}.prom_url")
+            d.prom_url, d._auth = clean.rstrip("/"), auth
         for field in ("deployment", "slo", "rules_config"):
             value = getattr(d, field)
             if value is None:

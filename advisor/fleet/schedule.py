@@ -119,15 +119,15 @@ class Scheduler:
         return f"diagnosis {saved.id}: " + ("healthy" if d.healthy else f"{len(d.findings)} symptoms, worst {d.top_severity}")
 
     def _weekly(self, fire: datetime) -> str:
-        from advisor.fleet.weekly import weekly_report
+        from advisor.fleet.weekly import render, weekly_view
         from advisor.reports.documents import write
         from advisor.store import open_store
 
         weekly = self.config.weekly_report
         period = parse_duration(weekly.since)
         with open_store(self.store_url) as store:
-            page = weekly_report(self.config, store, "html", None, period, end=fire)
-            text = weekly_report(self.config, store, "markdown", None, period, end=fire)
+            view = weekly_view(self.config, store, None, period, end=fire)  # read once, rendered twice
+        page, text = render(view, "html"), render(view, "markdown")
         said = []
         if weekly.out_dir is not None:
             stem = f"weekly-{fire:%Y-%m-%d-%H%M}"

@@ -199,7 +199,10 @@ def weekly_view(config: FleetConfig, store, deployment: str | None = None, perio
 
 def weekly_report(config: FleetConfig, store, fmt: str = "html", deployment: str | None = None,
                   period_s: float = 7 * DAY, end: datetime | None = None) -> str:
-    view = weekly_view(config, store, deployment, period_s, end)
+    return render(weekly_view(config, store, deployment, period_s, end), fmt)
+
+
+def render(view: WeeklyView, fmt: str) -> str:
     if fmt == "markdown":
         from advisor.reports.markdown import render
 

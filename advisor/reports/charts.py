@@ -12,6 +12,7 @@ import io
 import itertools
 import math
 import re
+import threading
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -22,6 +23,23 @@ from advisor import escape
 BASELINE, CANDIDATE = "#4c72b0", "#dd8452"
 VERDICT_COLOR = {"improved": "#2a9d4b", "regressed": "#c0392b", "no change": "#7f8c8d", "inconclusive": "#b7950b"}
 _ids = itertools.count()
+
+
+# pyplot keeps global state (current figure, rcParams): the dashboard's threads and the schedule
+# draw one chart at a time.
+LOCK = threading.RLock()
+
+
+def charted(fn):
+    """Draws under LOCK (the decorated chart functions)."""
+    import functools
+
+    @functools.wraps(fn)
+    def locked(*args, **kwargs):
+        with LOCK:
+            return fn(*args, **kwargs)
+
+    return locked
 
 
 def _pyplot():
@@ -54,6 +72,7 @@ def _label(text: object, limit: int = 60) -> str:
     return escape.one_line(escape.plain(text), limit).replace("$", r"\$")
 
 
+@charted
 def forest(rows: Sequence[tuple[str, float | None, tuple[float, float] | None, str]], margin: float = 0.05,
            title: str = "candidate / baseline") -> Markup:
     """Ratios with their intervals, one row each (label, ratio, ci, verdict), on a log axis with
@@ -89,6 +108,7 @@ def forest(rows: Sequence[tuple[str, float | None, tuple[float, float] | None, s
     return _svg(fig, "forest plot: " + title)
 
 
+@charted
 def blocks(points: Sequence[tuple[int, str, float | None, bool]], ylabel: str) -> Markup:
     """Per-block values of both arms in run order: (position, arm, value, valid); invalid blocks hollow."""
     plt = _pyplot()
@@ -114,6 +134,7 @@ def blocks(points: Sequence[tuple[int, str, float | None, bool]], ylabel: str) -
     return _svg(fig, "per-block " + ylabel)
 
 
+@charted
 def sparkline(values: Sequence[float | None], label: str) -> Markup:
     """A small line without axes; gaps where a value is missing."""
     plt = _pyplot()
@@ -125,6 +146,7 @@ def sparkline(values: Sequence[float | None], label: str) -> Markup:
     return _svg(fig, label)
 
 
+@charted
 def daily(days: Sequence[datetime], series: dict[str, Sequence[float | None]],
           previous: dict[str, Sequence[float | None]] | None, ylabel: str, title: str) -> Markup:
     """Daily values of a few series (p50, p95, p99) for this period, and dashed for the previous one
@@ -147,6 +169,7 @@ def daily(days: Sequence[datetime], series: dict[str, Sequence[float | None]],
     return _svg(fig, title)
 
 
+@charted
 def evidence(rows: Sequence[tuple[str, float, float]], title: str) -> Markup:
     """Each piece of evidence as its value over the threshold it was compared with (1 = at the
     threshold), so that how far past its line each signal is reads at a glance."""

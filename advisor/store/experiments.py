@@ -53,7 +53,7 @@ class ExperimentsMixin:
 
     def start_experiment(self, key: str, deployment: str, target: str, mechanism: str, value: str,
                          design: dict[str, Any], journal: str | None = None,
-                         diagnosis_id: int | None = None) -> int:
+                         diagnosis_id: int | None = None, launch_key: str | None = None) -> int:
         """A running experiment's row, before its first block: returns the id its blocks carry."""
         from advisor.store.repository import _plain
 
@@ -61,10 +61,17 @@ class ExperimentsMixin:
         with self._guard("record the experiment"), self._sessions.begin() as session:
             row = ExperimentRow(key=key, created_at=now, updated_at=now, deployment=deployment,
                                 target=redact_url(target), mechanism=mechanism, value=value, status="running",
-                                journal=journal, design=_plain(design), diagnosis_id=diagnosis_id)
+                                journal=journal, design=_plain(design), diagnosis_id=diagnosis_id,
+                                launch_key=launch_key)
             session.add(row)
             session.flush()
             return row.id
+
+    def find_experiment_by_launch(self, deployment: str, launch_key: str) -> int | None:
+        query = select(ExperimentRow.id).where(ExperimentRow.deployment == deployment,
+                                               ExperimentRow.launch_key == launch_key)
+        with self._guard("find the experiment"), self._sessions() as session:
+            return session.execute(query).scalar()
 
     def finish_experiment(self, experiment_id: int, result: ExperimentResult, status: str | None = None) -> None:
         """The experiment's end: its whole result, and its status (the result's, or `status`:

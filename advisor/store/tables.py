@@ -209,6 +209,7 @@ class ExperimentRow(Base):
     ratio: Mapped[float | None] = mapped_column(Float)
     baseline_restored: Mapped[bool | None]
     journal: Mapped[str | None]
+    launch_key: Mapped[str | None] = mapped_column(String(64))  # set by the dashboard that started it
     diagnosis_id: Mapped[int | None] = mapped_column(ForeignKey("diagnoses.id", ondelete="SET NULL"), index=True)
     design: Mapped[dict[str, Any]]
     result: Mapped[dict[str, Any] | None]

@@ -89,7 +89,7 @@ def _check_ref(ctx, w, body: ExperimentRequest) -> CheckRef:
     if body.diagnosis_id is not None:
         if body.rank is None:
             raise HTTPException(422, "rank: the check's rank is needed with diagnosis_id")
-        summary = ctx.store.get_diagnosis_summary(body.diagnosis_id)
+        summary = _or_404(lambda: ctx.store.get_diagnosis_summary(body.diagnosis_id))
         if summary.deployment != w.name:
             raise HTTPException(404, f"diagnosis {body.diagnosis_id} is not of {w.name}")
         d = ctx.store.get_diagnosis(body.diagnosis_id)
@@ -131,7 +131,20 @@ def get_diagnosis(diagnosis_id: int, ctx: Ctx, _: Reader) -> SafeJSON:
 @router.get("/experiments/{experiment_id}")
 def get_experiment(experiment_id: int, ctx: Ctx, _: Reader) -> SafeJSON:
     view = _or_404(lambda: stored_experiment_view(ctx.store, experiment_id, charts_on=False))
-    return SafeJSON(json.loads(views.as_json(view)))
+    watched = watched_of_experiment(ctx, view.deployment)
+    return SafeJSON({**json.loads(views.as_json(view)), "watched": watched})
+
+
+def watched_of_experiment(ctx, spec: str) -> str:
+    """The advisor.yaml name whose deployment spec the experiment ran on; 404 when none is: only
+    what advisor.yaml names is shown (a shared store may hold other deployments' experiments)."""
+    for w in ctx.config.deployments:
+        try:
+            if w.deployment is not None and spec_name(w) == spec:
+                return w.name
+        except Exception:  # noqa: BLE001  (an unreadable spec names nothing)
+            continue
+    raise HTTPException(404, "not an experiment of a deployment in advisor.yaml")
 
 
 def _or_404(read):

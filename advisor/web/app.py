@@ -68,6 +68,12 @@ def create_app(config: FleetConfig, *, store_url: str, token: str | None, host: 
                                 runs=runs)
     app.include_router(api.router)
     app.include_router(pages.router)
+    if loopback:
+        # DNS rebinding: a page on another site whose name resolves to 127.0.0.1 reaches us with its
+        # own Host header; loopback reads need no token, so only loopback names are answered.
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=sorted({"127.0.0.1", "localhost", "[::1]", host}))
 
     def wants_json(request: Request) -> bool:
         return request.url.path.startswith("/api/") or request.url.path == "/openapi.json"

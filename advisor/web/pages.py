@@ -11,11 +11,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from advisor.reports import charts, documents, html, views
-from advisor.web.api import _allowed, _experiments_of, _or_404
+from advisor.web.api import _allowed, _experiments_of, _or_404, watched_of_experiment
 from advisor.web.context import Ctx, Watched
 from advisor.web.security import COOKIE, Reader
 
 router = APIRouter(include_in_schema=False)
+MAX_WEEKLY_S = 31 * 86400
 
 
 def _page(template: str, ctx, **context) -> HTMLResponse:
@@ -33,7 +34,8 @@ def fleet(ctx: Ctx, _: Reader) -> HTMLResponse:
     rows = []
     for w in ctx.config.deployments:
         history = ctx.store.list_diagnoses(deployment=w.name, since=week_ago, limit=2000)
-        last = history[0] if history else None
+        latest = ctx.store.list_diagnoses(deployment=w.name, limit=1)  # may be older than the week
+        last = latest[0] if latest else None
         top = None
         if last and not last.healthy:
             d = ctx.store.get_diagnosis(last.id)
@@ -94,19 +96,7 @@ async def diagnosis_download(diagnosis_id: int, ctx: Ctx, _: Reader) -> Response
 def _experiment_view(ctx, experiment_id: int):
     """The view and the advisor.yaml name of its deployment (experiments are stored under the spec's)."""
     view = _or_404(lambda: documents.stored_experiment_view(ctx.store, experiment_id))
-    watched = next((w.name for w in ctx.config.deployments if _spec_is(ctx, w, view.deployment)), None)
-    if watched is None:
-        raise HTTPException(404, "not an experiment of a deployment in advisor.yaml")
-    return view, watched
-
-
-def _spec_is(ctx, w, name: str) -> bool:
-    from advisor.fleet.actions import spec_name
-
-    try:
-        return w.deployment is not None and spec_name(w) == name
-    except Exception:  # noqa: BLE001
-        return False
+    return view, watched_of_experiment(ctx, view.deployment)
 
 
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
@@ -149,6 +139,10 @@ async def weekly(ctx: Ctx, _: Reader, deployment: str | None = None, since: str 
         period = parse_duration(since)
     except ValueError as e:
         raise HTTPException(422, f"since: {e}") from None
+    if period > MAX_WEEKLY_S:
+        # Each hour is a Prometheus read: a page anyone may open must not ask for years of them.
+        raise HTTPException(422, f"since: at most {MAX_WEEKLY_S / 86400:.0f}d from the dashboard "
+                                 "(advisor report weekly takes any period)")
     if deployment is not None and ctx.config.get(deployment) is None:
         raise HTTPException(404, f"no deployment {deployment!r} in advisor.yaml")
     text = await run_in_threadpool(weekly_report, ctx.config, ctx.store, "html", deployment, period)

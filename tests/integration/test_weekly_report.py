@@ -141,7 +141,7 @@ def test_schedule_diagnoses_records_failures_and_posts_the_weekly_report(prom, t
 def test_dashboard_runs_a_diagnosis_against_the_real_prometheus(prom, tmp_path):
     cfg = FleetConfig.model_validate({"deployments": [{"name": "local", "prom_url": prom.url, "window": "1h"}]})
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    with TestClient(create_app(cfg, store_url=url, token=TOKEN, log_dir=tmp_path)) as c:
+    with TestClient(create_app(cfg, store_url=url, token=TOKEN, log_dir=tmp_path), base_url="http://127.0.0.1") as c:
         r = c.post("/api/deployments/local/diagnoses", headers={"Authorization": f"Bearer {TOKEN}"})
         assert r.status_code == 202, r.text
         ident = r.json()["id"]

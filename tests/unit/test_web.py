@@ -40,7 +40,7 @@ def config(tmp_path, prom_url="http://127.0.0.1:9") -> FleetConfig:
 
 def client(tmp_path, store_url, token=TOKEN, host="127.0.0.1") -> TestClient:
     app = create_app(config(tmp_path), store_url=store_url, token=token, host=host, log_dir=tmp_path / "logs")
-    return TestClient(app, raise_server_exceptions=False)
+    return TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1")
 
 
 def diagnoses(store_url) -> int:
@@ -144,3 +144,46 @@ def test_openapi_lists_the_paths_scripts_rely_on(tmp_path, store_url):
                  "/api/diagnoses/{diagnosis_id}", "/api/experiments/{experiment_id}"):
         assert path in paths
     assert "post" in paths["/api/deployments/{name}/diagnoses"]
+
+
+def test_a_rebound_host_name_gets_nothing_on_loopback(tmp_path, store_url):
+    """DNS rebinding: another site's name resolving to 127.0.0.1 must not read the dashboard."""
+    with client(tmp_path, store_url) as c:
+        assert c.get("/api/deployments", headers={"Host": "evil.example"}).status_code == 400
+        assert c.get("/api/deployments", headers={"Host": "localhost:8080"}).status_code == 200
+
+
+def test_experiments_of_deployments_not_in_the_config_are_not_shown(tmp_path, store_url):
+    with open_store(store_url) as store:
+        other = store.start_experiment("exp-2", "secret-other", "http://h:1", "max_num_seqs", "8", {})
+    with client(tmp_path, store_url) as c:
+        assert c.get("/api/experiments/1").json()["watched"] == "local"
+        assert c.get(f"/api/experiments/{other}").status_code == 404
+        assert c.get(f"/experiments/{other}").status_code == 404
+        r = c.post("/api/deployments/local/experiments/preview", json={"diagnosis_id": 999, "rank": 1}, headers=AUTH)
+        assert r.status_code == 404 and "advisor.db" not in r.text
+
+
+def test_the_weekly_page_caps_its_period(tmp_path, store_url):
+    with client(tmp_path, store_url) as c:
+        r = c.get("/reports/weekly?since=3650d")
+        assert r.status_code == 422 and "at most 31d" in r.text
+        assert c.get("/reports/weekly?since=99999999d").status_code == 422
+
+
+def test_prom_url_credentials_never_show(tmp_path):
+    from advisor.fleet.actions import ExperimentRuns
+    from advisor.fleet.config import load_config
+
+    (tmp_path / "advisor.yaml").write_text("deployments: [{name: a, prom_url: 'http://user:pw123@127.0.0.1:9'}]\n")
+    cfg = load_config(tmp_path / "advisor.yaml")
+    assert cfg.deployments[0].prom_url == "http://127.0.0.1:9"
+    env = ExperimentRuns("sqlite://", tmp_path)._env(cfg.deployments[0])
+    assert (env["ADVISOR_PROM_USER"], env["ADVISOR_PROM_PASSWORD"]) == ("user", "pw123")
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    app = create_app(cfg, store_url=url, token=TOKEN, log_dir=tmp_path)
+    with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as c:
+        for path in ("/", "/api/deployments", "/deployments/a"):
+            assert "pw123" not in c.get(path).text
+        r = c.post("/api/deployments/a/diagnoses", headers=AUTH)
+        assert r.status_code == 502 and "pw123" not in r.text

@@ -57,6 +57,8 @@ def upgrade() -> None:
         sa.Column("ratio", sa.Float(), nullable=True),
         sa.Column("baseline_restored", sa.Boolean(), nullable=True),
         sa.Column("journal", sa.String(), nullable=True),
+        # Set by the dashboard that started it, so that it finds this row among others.
+        sa.Column("launch_key", sa.String(length=64), nullable=True),
         sa.Column("diagnosis_id", sa.Integer(), nullable=True),
         sa.Column("design", JSON_DOC, nullable=False),
         sa.Column("result", JSON_DOC, nullable=True),
@@ -93,10 +95,12 @@ def downgrade() -> None:
     op.drop_index("ix_experiments_deployment", table_name="experiments")
     op.drop_index("ix_experiments_created_at", table_name="experiments")
     op.drop_table("experiments")
-    with op.batch_alter_table("diagnoses") as batch:
-        batch.drop_index("ix_diagnoses_deployment")
-        batch.drop_column("ttft_p95")
-        batch.drop_column("deployment")
+    op.drop_index("ix_diagnoses_deployment", table_name="diagnoses")
+    # SQLite drops a column by rebuilding the table, which with foreign keys on would cascade to
+    # every finding: there the two columns stay (nothing older reads them).
+    if op.get_bind().dialect.name != "sqlite":
+        op.drop_column("diagnoses", "ttft_p95")
+        op.drop_column("diagnoses", "deployment")
     if op.get_bind().dialect.name != "sqlite":
         op.alter_column("load_runs", "experiment_id", existing_type=sa.BigInteger(), type_=sa.Integer(),
                         existing_nullable=True)
