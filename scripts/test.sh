@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# All tests: unit, integration (a real Prometheus) and e2e (the real CPU vLLM). Extra args go to pytest,
-# whose exit code is this script's.
+# All tests: unit and integration (a real Prometheus, PostgreSQL) four at a time, then e2e (the
+# real CPU vLLM, a real browser) one at a time, since they measure a CPU-bound engine. Options
+# (-x, -k EXPR ...) go to both runs; given test paths, just those run, one at a time. The exit
+# code is non-zero when either run failed (a run that -k leaves empty is not a failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/python -m pytest tests -q "$@"
+for arg in "$@"; do
+  if [ -e "${arg%%::*}" ]; then exec .venv/bin/python -m pytest -q "$@"; fi
+done
+run() { .venv/bin/python -m pytest "$@" || { local rc=$?; [ "$rc" -eq 5 ] && return 0; return "$rc"; }; }
+rc=0
+run tests/unit tests/integration -q -n 4 --durations=15 "$@" || rc=$?
+run tests/e2e -q --durations=15 "$@" || rc=$((rc ? rc : $?))
+exit "$rc"

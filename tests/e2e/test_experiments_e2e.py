@@ -40,8 +40,9 @@ def test_prefix_caching_on_improves_ttft_with_shared_prefixes(tmp_path, isolated
     with LocalEngine(max_num_seqs=4, extra_args=["--no-enable-prefix-caching"]) as base:
         dep = write_deployment(base, tmp_path / "dep.yaml")
         # the planned design (no --blocks): sequential looks, stopping at the first decisive one
+        # 16 requests per block: the effect is large, and the test's cost is its requests.
         code, r = experiment(dep, "--mechanism", "prefix_caching", "--value", "true", "--readout", "ttft_p50",
-                             "--concurrency", "4")
+                             "--concurrency", "4", "--block-requests", "16")
         assert code == 0 and r["status"] == "finished"
         assert r["verdict"] == "improved", (r["ratio"], r["ci"], [m["reason"] for m in r["metrics"]], r["looks"])
         lo, hi = r["ci"]
@@ -65,7 +66,8 @@ def test_max_num_seqs_raised_under_a_queue_improves_ttft(tmp_path, local_engine,
     dep = write_deployment(local_engine, tmp_path / "dep.yaml")
     # 16 slots against the baseline's 2, at 16 in flight (the default for this knob): only the
     # baseline queues.
-    code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "16", "--readout", "ttft_p50", "--blocks", "6")
+    code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "16", "--readout", "ttft_p50", "--blocks", "6",
+                         "--block-requests", "16")
     assert code == 0, r
     assert r["verdict"] == "improved", (r["ratio"], r["ci"], r["blocks"])
     assert r["ci"][1] < 1
@@ -83,7 +85,8 @@ def test_a_a_gives_no_verdict_of_difference(local_engine, tmp_path, isolated_sto
     dep = tmp_path / "aa.yaml"
     dep.write_text(yaml.safe_dump({"name": "aa", "engine": "vllm", "model": "tiny-llama", "launcher": "endpoints",
                                    "endpoints": {"baseline": local_engine.url, "candidate": local_engine.url}}))
-    code, r = experiment(dep, "--aa", "--readout", "ttft_p50", "--block-requests", "24", "--concurrency", "4")
+    code, r = experiment(dep, "--aa", "--readout", "ttft_p50", "--block-requests", "16", "--blocks", "4",
+                         "--concurrency", "4")
     assert code == 0
     assert r["verdict"] in ("no change", "inconclusive"), (r["ratio"], r["ci"], r["looks"])
     assert all(m["verdict"] in ("no change", "inconclusive") for m in r["metrics"]), r["metrics"]

@@ -297,14 +297,26 @@ def test_upgrade_from_0001_keeps_diagnoses(tmp_path):
     upgrade_to(url, "0001")
     engine = create_engine(url)
     assert set(inspect(engine).get_table_names()) == {"diagnoses", "findings", "advisor_alembic_version"}
-    old = Store(engine, url)  # the diagnoses code is the same at 0001
+    # Written as an advisor at 0001 did: the columns of that revision only.
+    from advisor.store.repository import diagnosis_row, finding_row
+    from advisor.store.tables import DiagnosisRow, FindingRow
+
     diagnosis, snapshot = make_diagnosis(), make_snapshot()
-    ident = old.save_diagnosis(diagnosis, snapshot)
-    old.close()
+    row = diagnosis_row(diagnosis, snapshot)
+    later = {"id", "deployment", "ttft_p95"}  # added by 0003
+    with engine.begin() as conn:
+        ident = conn.execute(DiagnosisRow.__table__.insert().values(
+            {c.name: getattr(row, c.name) for c in DiagnosisRow.__table__.columns if c.name not in later})).inserted_primary_key[0]
+        for finding in diagnosis.findings:
+            f = finding_row(ident, finding)
+            conn.execute(FindingRow.__table__.insert().values(
+                {c.name: getattr(f, c.name) for c in FindingRow.__table__.columns if c.name != "id"}))
+    engine.dispose()
 
     with open_store(url) as store:
         with store.engine.connect() as conn:
-            assert conn.scalar(text("SELECT version_num FROM advisor_alembic_version")) == "0002"
+            assert conn.scalar(text("SELECT version_num FROM advisor_alembic_version")) == "0003"
+        assert store.get_diagnosis_summary(ident).deployment is None
         assert {"load_runs", "request_samples"} <= set(inspect(store.engine).get_table_names())
         assert store.get_diagnosis(ident) == diagnosis
         assert store.get_snapshot(ident) == snapshot
