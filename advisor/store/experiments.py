@@ -103,15 +103,10 @@ class ExperimentsMixin:
     def list_experiments(self, deployment: str | None = None, diagnosis_id: int | None = None,
                          limit: int = 50) -> list[ExperimentSummary]:
         """Newest first, optionally of one deployment or one diagnosis."""
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
-        query = select(*_COLUMNS).order_by(ExperimentRow.created_at.desc(), ExperimentRow.id.desc()).limit(limit)
-        if deployment is not None:
-            query = query.where(ExperimentRow.deployment == deployment)
-        if diagnosis_id is not None:
-            query = query.where(ExperimentRow.diagnosis_id == diagnosis_id)
-        with self._guard("list experiments"), self._sessions() as session:
-            return [ExperimentSummary(**row._mapping) for row in session.execute(query)]
+        from advisor.store.repository import _equal
+
+        return self._newest("experiments", ExperimentSummary, _COLUMNS, ExperimentRow, limit,
+                            _equal(ExperimentRow, deployment=deployment, diagnosis_id=diagnosis_id))
 
     def get_experiment(self, experiment_id: int) -> StoredExperiment:
         from advisor.experiments.result import ExperimentResult

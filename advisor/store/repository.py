@@ -151,17 +151,9 @@ class Store(ExperimentsMixin, JobsMixin):
     def list_diagnoses(self, target: str | None = None, since: datetime | None = None,
                        limit: int = 50, deployment: str | None = None) -> list[DiagnosisSummary]:
         """Newest first. `since` is inclusive; a naive datetime is taken as UTC."""
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
-        query = select(*_SUMMARY).order_by(DiagnosisRow.created_at.desc(), DiagnosisRow.id.desc()).limit(limit)
-        if target is not None:
-            query = query.where(DiagnosisRow.target == target)
-        if deployment is not None:
-            query = query.where(DiagnosisRow.deployment == deployment)
-        if since is not None:
-            query = query.where(DiagnosisRow.created_at >= since)
-        with self._guard("list diagnoses"), self._sessions() as session:
-            return [DiagnosisSummary(**row._mapping) for row in session.execute(query)]
+        return self._newest("diagnoses", DiagnosisSummary, _SUMMARY, DiagnosisRow, limit,
+                            _equal(DiagnosisRow, target=target, deployment=deployment)
+                            + ([DiagnosisRow.created_at >= since] if since is not None else []))
 
     def get_diagnosis_summary(self, diagnosis_id: int) -> DiagnosisSummary:
         with self._guard(f"read diagnosis {diagnosis_id}"), self._sessions() as session:
@@ -222,15 +214,8 @@ class Store(ExperimentsMixin, JobsMixin):
     def list_load_runs(self, target: str | None = None, limit: int = 50,
                        experiment_id: int | None = None) -> list[LoadRunSummary]:
         """Newest first, optionally of one target or one experiment."""
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, got {limit}")
-        query = select(*_RUN_SUMMARY).order_by(LoadRunRow.created_at.desc(), LoadRunRow.id.desc()).limit(limit)
-        if target is not None:
-            query = query.where(LoadRunRow.target == target)
-        if experiment_id is not None:
-            query = query.where(LoadRunRow.experiment_id == experiment_id)
-        with self._guard("list load runs"), self._sessions() as session:
-            return [LoadRunSummary(**row._mapping) for row in session.execute(query)]
+        return self._newest("load runs", LoadRunSummary, _RUN_SUMMARY, LoadRunRow, limit,
+                            _equal(LoadRunRow, target=target, experiment_id=experiment_id))
 
     def get_load_run(self, run_id: int) -> LoadRun:
         """The run's workload (as a dict), Summary and manifest; unpacks as a 3-tuple."""
@@ -288,6 +273,14 @@ class Store(ExperimentsMixin, JobsMixin):
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
 
+    def _newest(self, what: str, summary: type, columns: list, table: Any, limit: int, where: list) -> list:
+        """A listing, newest first (created_at, then id), as `summary` objects."""
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        query = select(*columns).where(*where).order_by(table.created_at.desc(), table.id.desc()).limit(limit)
+        with self._guard(f"list {what}"), self._sessions() as session:
+            return [summary(**row._mapping) for row in session.execute(query)]
+
     def _sample_rows(self, run_id: int) -> list[tuple[Any, ...]]:
         query = select(*_SAMPLES).where(RequestSampleRow.run_id == run_id).order_by(
             RequestSampleRow.index, RequestSampleRow.id)
@@ -318,6 +311,11 @@ class Store(ExperimentsMixin, JobsMixin):
             yield
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot {action} in the store at {self.url}: {one_line(exc, self._raw_url)}") from exc
+
+
+def _equal(table: Any, **values: Any) -> list:
+    """column == value for each value given (None: no filter)."""
+    return [getattr(table, name) == value for name, value in values.items() if value is not None]
 
 
 def diagnosis_row(diagnosis: Diagnosis, snapshot: Snapshot | None, deployment: str | None = None) -> DiagnosisRow:
