@@ -62,6 +62,7 @@ def _svg(fig, label: str) -> Markup:
     plt.close(fig)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]  # no XML declaration or doctype inside HTML
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)  # RDF boilerplate, read as text by some
     title = escape.plain(label).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     svg = re.sub(r"<svg ", f'<svg role="img" aria-label="{title.replace(chr(34), "&quot;")}" class="chart" ', svg, 1)
     return Markup(svg)
