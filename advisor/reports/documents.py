@@ -28,9 +28,9 @@ def format_of(path: Path) -> str:
 def diagnosis_document(d: Diagnosis, fmt: str, *, ident: int | None = None, deployment: str | None = None,
                        experiments: list[views.ExperimentView] | None = None) -> str:
     if fmt == "markdown":
-        from advisor.reports.markdown import render as render_md
+        from advisor.reports import markdown
 
-        return render_md("diagnosis.md.j2", d=d)
+        return markdown.diagnosis(d, ident=ident, deployment=deployment)
     view = views.diagnosis_view(d, ident=ident, deployment=deployment, experiments=experiments)
     return html.render("diagnosis.html.j2", d=view)
 

@@ -51,3 +51,10 @@ def environment() -> Environment:
 
 def render(template: str, **context) -> str:
     return environment().get_template(template).render(**context)
+
+
+def diagnosis(d, **view) -> str:
+    """A diagnosis as markdown, from the same view as the HTML report (no charts in markdown)."""
+    from advisor.reports.views import diagnosis_view
+
+    return render("diagnosis.md.j2", v=diagnosis_view(d, charts_on=False, **view))

@@ -170,6 +170,25 @@ class FindingView:
 
 
 @dataclass
+class VerdictParts:
+    verdict: str
+    metric: str
+    ratio: str | None  # "0.50", None when no ratio was estimated
+    ci: tuple[str, str] | None  # the interval's ends, formatted
+    why: str | None  # the reason, shown for an inconclusive verdict
+    stopped: str | None
+    level: str = "95%"  # the interval's confidence level (the last look's)
+    value: str = ""  # the candidate's value
+    status: str = ""
+    restored: bool | None = None
+    experiment: str = ""
+    looks: int = 0
+    requests: int = 0  # sent to both arms by the last look
+    workload: str | None = None
+    fails_means: str | None = None  # shown for a regressed or unchanged verdict
+
+
+@dataclass
 class CheckRow:
     rank: int
     title: str
@@ -183,6 +202,9 @@ class CheckRow:
     already: str | None
     verdict: str  # one line: the verdict, or why not tested, or "-"
     experiment: str | None
+    outcome: VerdictParts | None = None  # the verdict's parts, for media that style them
+    skipped: str | None = None  # why the check was not tested
+    check_id: str = ""
 
 
 @dataclass
@@ -190,7 +212,7 @@ class DiagnosisView:
     title: str
     target: str
     via: str
-    engine: str
+    engine: str  # kind and version
     model: str | None
     window: str
     taken_at: str
@@ -205,13 +227,27 @@ class DiagnosisView:
     experiments: list[ExperimentView] = field(default_factory=list)
     id: int | None = None
     deployment: str | None = None
+    models: list[str] = field(default_factory=list)  # the engine's served models
+
+
+def _parts(v: CheckVerdict) -> VerdictParts:
+    return VerdictParts(v.verdict, v.primary_metric, None if v.ratio is None else ratio_text(v.ratio),
+                        (f"{v.ci[0]:.2f}", f"{v.ci[1]:.2f}") if v.ci else None,
+                        v.reason if v.verdict == "inconclusive" else None,
+                        v.stop_reason, level=f"{100 * v.level:.3g}%" if v.level else "95%", value=v.value,
+                        status=v.status, restored=v.baseline_restored, experiment=v.experiment, looks=len(v.looks),
+                        requests=sum(look.requests or 0 for look in v.looks[-1:]), workload=v.workload,
+                        fails_means=v.fails_means if v.verdict in ("regressed", "no change") else None)
 
 
 def _verdict_line(v: CheckVerdict | CheckSkip | None) -> tuple[str, str | None]:
     if isinstance(v, CheckVerdict):
-        line = f"{v.verdict} on {v.primary_metric}, ratio {ratio_text(v.ratio)} {ci_text(v.ci)}"
-        if v.stop_reason:
-            line += f"; stopped: {v.stop_reason}"
+        p = _parts(v)
+        line = f"{p.verdict} on {p.metric}" + (f", ratio {p.ratio}" if p.ratio else "") + (f" [{p.ci[0]}, {p.ci[1]}]" if p.ci else "")
+        if p.why:
+            line += f" ({p.why})"
+        if p.stopped:
+            line += f"; stopped: {p.stopped}"
         return line, v.experiment
     if isinstance(v, CheckSkip):
         return f"not tested: {v.skipped}", None
@@ -236,7 +272,9 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
     for c in d.checks:
         line, exp = _verdict_line(c.verdict)
         checks.append(CheckRow(c.rank, c.title, c.rule_id, c.mechanism, c.direction or "", f"{c.score:.2f}", c.reason,
-                               c.look_at, c.held_back, c.already, line, exp))
+                               c.look_at, c.held_back, c.already, line, exp,
+                               _parts(c.verdict) if isinstance(c.verdict, CheckVerdict) else None,
+                               c.verdict.skipped if isinstance(c.verdict, CheckSkip) else None, c.id))
     if experiments is None:
         experiments = []
         for c in d.checks:
@@ -261,7 +299,7 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
                               [EvidenceRow(ev.text, ev.source) for ev in f.evidence],
                               _evidence_chart(f) if charts_on else None) for f in d.findings],
         checks=checks, not_evaluated=[(x.rule_id, x.reason) for x in d.not_evaluated], problems=list(d.problems),
-        experiments=experiments, id=ident, deployment=deployment)
+        experiments=experiments, id=ident, deployment=deployment, models=list(e.models))
 
 
 def as_json(view) -> str:

@@ -25,7 +25,7 @@ from advisor.experiments.result import CheckSkip, ExperimentResult
 from advisor.experiments.setup import DesignError, design
 from advisor.knobs.candidates import version_tuple
 from advisor.reports.diagnosis_text import render as render_text
-from advisor.reports.markdown import render as render_md
+from advisor.reports.markdown import diagnosis as markdown_diagnosis
 from advisor.resources import data_dir
 from advisor.workload.spec import Workload
 from tests.support.cli import assert_one_line_error, run_cli
@@ -226,7 +226,7 @@ def test_every_skipped_check_shows_its_reason_in_text_json_and_markdown():
     render_text(d, Console(file=buf, width=250))
     assert f"check #{last.rank} {last.rule_id}/{last.id}" in buf.getvalue()
     assert "not tested: replicas: no automatic candidate: needs N+1 engines" in buf.getvalue()
-    assert "not tested: replicas: no automatic candidate: needs N+1 engines" in render_md("diagnosis.md.j2", d=d)
+    assert "not tested: replicas: no automatic candidate: needs N+1 engines" in markdown_diagnosis(d)
     data = d.model_dump(mode="json")
     checks = {c["rank"]: c for f in data["findings"] for c in f["checks"]}
     assert checks[last.rank]["verdict"] == {"skipped": "replicas: no automatic candidate: needs N+1 engines"}

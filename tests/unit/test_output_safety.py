@@ -24,6 +24,7 @@ from advisor.experiments.result import BlockRecord, CheckSkip, CheckVerdict, Exp
 from advisor.loadgen.metrics import Dist, Generator, Stats, Summary
 from advisor.reports import diagnosis_text, experiment_text, load_text, snapshot_text
 from advisor.reports.markdown import code
+from advisor.reports.markdown import diagnosis as markdown_diagnosis
 from advisor.reports.markdown import render as render_md
 from probes.snapshot import EngineInfo, GpuStatus, Replica, Signal, Snapshot
 from tests.support.cli import run_cli
@@ -118,7 +119,7 @@ def test_diagnosis_text(s):
 
 @pytest.mark.parametrize("s", list(HOSTILE.values()), ids=list(HOSTILE))
 def test_diagnosis_markdown(s):
-    md = render_md("diagnosis.md.j2", d=hostile_diagnosis(s))
+    md = markdown_diagnosis(hostile_diagnosis(s))
     terminal_safe(md)
     assert "<script" not in md and "<img" not in md
     assert not re.search(r"(?<!\\)\]\(", md)  # no link: every bracket is backslashed

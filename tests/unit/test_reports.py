@@ -7,7 +7,7 @@ from rich.console import Console
 from advisor.diagnosis import SLO, diagnose, load_rules
 from advisor.experiments.result import CheckSkip, CheckVerdict
 from advisor.reports.diagnosis_text import render as render_text
-from advisor.reports.markdown import render as render_md
+from advisor.reports.markdown import diagnosis as markdown_diagnosis
 from tests.unit.test_rules import snapshot_for
 
 CASE = {"signals": {"ttft_p95": 2.0, "tpot_p95": 0.02, "queue_time_mean": 1.5, "ttft_mean": 1.8,
@@ -45,12 +45,12 @@ def test_an_inconclusive_verdict_says_why_in_text_and_markdown():
     buf = io.StringIO()
     render_text(d, Console(file=buf, width=200))
     assert "INCONCLUSIVE" in buf.getvalue() and "invalid load generator" in buf.getvalue()
-    md = render_md("diagnosis.md.j2", d=d)
+    md = markdown_diagnosis(d)
     assert "**inconclusive** on ttft p95 (4 of 6 baseline blocks had an invalid load generator" in md
 
 
 def test_markdown_has_symptom_checks_and_verdict():
-    md = render_md("diagnosis.md.j2", d=diagnosis(True))
+    md = markdown_diagnosis(diagnosis(True))
     assert "## ADV001 TTFT is high while TPOT is normal (moderate)" in md
     assert "| 1 | Requests wait in the queue" in md
     assert "**improved** on ttft p95, ratio 0.50 [0.40, 0.60]" in md
@@ -84,5 +84,5 @@ def test_where_the_experiment_stopped_is_in_text_and_markdown():
     text = buf.getvalue()
     assert "99.7% CI" in text and "stopped: decisive at look 2 (4 of at most 13 blocks per arm)" in text
     assert "2 looks, 536 requests" in text
-    md = render_md("diagnosis.md.j2", d=d)
+    md = markdown_diagnosis(d)
     assert "stopped: decisive at look 2" in md
