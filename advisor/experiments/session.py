@@ -80,10 +80,12 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
                                                 launch_key=os.environ.get("ADVISOR_LAUNCH_KEY"))
 
                 def save_block(arm, block, run, summary):
-                    return store.save_load_run(d.workload, summary, run.records, target=launcher.url(arm),
-                                               model=dep.model, started_at=_utc(run.started_at), wall_s=run.wall_s,
-                                               manifest={"experiment": d.id}, experiment_id=stored, arm=arm,
-                                               block=block)
+                    run_id = store.save_load_run(d.workload, summary, run.records, target=launcher.url(arm),
+                                                 model=dep.model, started_at=_utc(run.started_at), wall_s=run.wall_s,
+                                                 manifest={"experiment": d.id}, experiment_id=stored, arm=arm,
+                                                 block=block)
+                    store.touch_experiment(stored)
+                    return run_id
             # The entry point's handler (advisor.interrupts) shields the restore; without it (an
             # in-process caller), SIGTERM is at least an interrupt, so the baseline is restored.
             fallback = (threading.current_thread() is threading.main_thread()

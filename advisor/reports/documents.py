@@ -35,12 +35,22 @@ def diagnosis_document(d: Diagnosis, fmt: str, *, ident: int | None = None, depl
     return html.render("diagnosis.html.j2", d=view)
 
 
+# A running experiment's row is touched after every block; one untouched for this long belongs to a
+# process that died without a word (SIGKILL, a lost machine): `advisor recover` restores its target.
+STALE_S = 45 * 60
+
+
 def stored_experiment_view(store, experiment_id: int, charts_on: bool = True) -> views.ExperimentView:
+    from datetime import datetime, timezone
+
     stored = store.get_experiment(experiment_id)
     s = stored.summary
+    status = s.status
+    if status == "running" and (datetime.now(timezone.utc) - s.updated_at).total_seconds() > STALE_S:
+        status = "stale"
     running = store.list_load_runs(experiment_id=s.id, limit=1000) if stored.result is None else None
     return views.experiment_view(stored.result, key=s.key, deployment=s.deployment, mechanism=s.mechanism,
-                                 value=s.value, status=s.status, design=stored.design,
+                                 value=s.value, status=status, design=stored.design,
                                  running_blocks=list(reversed(running or [])), ident=s.id,
                                  diagnosis_id=s.diagnosis_id, created=s.created_at, charts_on=charts_on)
 

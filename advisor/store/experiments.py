@@ -67,6 +67,12 @@ class ExperimentsMixin:
             session.flush()
             return row.id
 
+    def touch_experiment(self, experiment_id: int) -> None:
+        """A running experiment's heartbeat (after each block): a row that stops beating is stale."""
+        with self._guard(f"update experiment {experiment_id}"), self._sessions.begin() as session:
+            session.execute(update(ExperimentRow).where(ExperimentRow.id == experiment_id)
+                            .values(updated_at=datetime.now(timezone.utc)))
+
     def find_experiment_by_launch(self, deployment: str, launch_key: str) -> int | None:
         query = select(ExperimentRow.id).where(ExperimentRow.deployment == deployment,
                                                ExperimentRow.launch_key == launch_key)

@@ -119,3 +119,21 @@ def test_weekly_report_renders_with_no_data_at_all(tmp_path):
     offline(page)
     assert "Prometheus at http://127.0.0.1:9" in page and "no data" in page
     assert "problem: Prometheus at" in md
+
+
+def test_a_running_experiment_that_stopped_beating_is_stale(tmp_path):
+    from datetime import datetime, timedelta
+
+    from sqlalchemy import text as sql
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_store(url) as store:
+        ident = store.start_experiment(KEY, "local", "http://h:1", "max_num_seqs", "8", {})
+        store.touch_experiment(ident)
+        assert documents.stored_experiment_view(store, ident).status == "running"
+        with store.engine.begin() as conn:
+            conn.execute(sql("UPDATE experiments SET updated_at = :t"),
+                         {"t": (datetime.utcnow() - timedelta(hours=1))})
+        view = documents.stored_experiment_view(store, ident)
+        page = html.render("experiment.html.j2", x=view, dashboard=True)
+    assert view.status == "stale" and "advisor recover" in page and "fetch(" not in page
