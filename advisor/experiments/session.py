@@ -23,6 +23,9 @@ from advisor.experiments.result import ExperimentResult
 from advisor.settings import get_settings
 
 KeyboardInterruptWithResult = runner.KeyboardInterruptWithResult
+# Set by whoever launched this process (the dashboard), stored with the experiment's row so that
+# the launcher finds its row among others (advisor/fleet/actions.py).
+LAUNCH_KEY_ENV = "ADVISOR_LAUNCH_KEY"
 
 
 def state_dir(key: str) -> Path:
@@ -77,7 +80,7 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
                 stored = store.start_experiment(d.id, dep.name, dep.target_url, d.mechanism, repr(d.value),
                                                 design_document(d), journal=str(directory),
                                                 diagnosis_id=diagnosis_id,
-                                                launch_key=os.environ.get("ADVISOR_LAUNCH_KEY"))
+                                                launch_key=os.environ.get(LAUNCH_KEY_ENV))
 
                 def save_block(arm, block, run, summary):
                     run_id = store.save_load_run(d.workload, summary, run.records, target=launcher.url(arm),
@@ -104,24 +107,24 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
             finally:
                 if fallback:
                     signal.signal(signal.SIGTERM, previous)
+        try:
+            if d.aa and result.status == "finished":
+                from advisor.experiments import calibration
+
+                cal = calibration.measure(d.id, dep.name, d.workload.name, len(d.requests), result._by_block)
+                calibration.save(directory, cal)
+                result.calibration = cal.readouts
+            result.manifest = experiment_manifest(d, result)
+        except BaseException as e:
+            # The blocks are done and the baseline restored: the row says so, never "running" for ever.
+            ending = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+            _quietly(lambda: store.finish_experiment(stored, result, status=ending), stored)
+            raise
+        if stored is not None:
+            store.finish_experiment(stored, result)
     finally:
         if store is not None:
             store.close()
-    try:
-        if d.aa and result.status == "finished":
-            from advisor.experiments import calibration
-
-            cal = calibration.measure(d.id, dep.name, d.workload.name, len(d.requests), result._by_block)
-            calibration.save(directory, cal)
-            result.calibration = cal.readouts
-        result.manifest = experiment_manifest(d, result)
-    except BaseException as e:
-        # The blocks are done and the baseline restored: the row says so, never "running" for ever.
-        ending = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-        _quietly(lambda: _finish(stored, result, ending), stored)
-        raise
-    if stored is not None:
-        _finish(stored, result)
     return result
 
 
@@ -133,14 +136,6 @@ def _quietly(write: Callable[[], None], stored: int | None) -> None:
         write()
     except Exception:  # noqa: BLE001
         pass
-
-
-def _finish(stored: int, result: ExperimentResult, status: str | None = None) -> None:
-    # Reopened: the store was closed while the manifest read the target.
-    from advisor.store import open_store
-
-    with open_store(get_settings().database_url) as store:
-        store.finish_experiment(stored, result, status=status)
 
 
 def design_document(d: Design) -> dict:

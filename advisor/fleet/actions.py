@@ -5,9 +5,9 @@ The server stops its children with SIGTERM and waits for their restores when it 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -23,10 +23,6 @@ from advisor.fleet.config import WatchedDeployment
 # the target, building prompts), and to print a dry run.
 START_WAIT_S = 180.0
 PREVIEW_WAIT_S = 120.0
-# The child stores this launch key with its experiment's row (advisor/experiments/session.py).
-KEY_ENV = "ADVISOR_LAUNCH_KEY"
-# As long as an experiment's restore may take (localstack waits as long for a diagnose child).
-RESTORE_WAIT_S = 300.0
 
 
 class ActionError(AdvisorError):
@@ -46,10 +42,21 @@ class CheckRef:
 
 
 def spec_name(watched: WatchedDeployment) -> str:
-    """The name experiments are stored under: the deployment spec's own."""
+    """The name experiments are stored under: the deployment spec's own. Pages ask for it on every
+    view (a running experiment's page every 5 s): the file is read again only when it changed."""
+    path = _spec(watched)
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        mtime = -1  # load_deployment says what is wrong, in one line
+    return _spec_name(path, mtime)
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_name(path: Path, _mtime_ns: int) -> str:
     from advisor.experiments.deployment import load_deployment
 
-    return load_deployment(_spec(watched)).name
+    return load_deployment(path).name
 
 
 def _spec(watched: WatchedDeployment) -> Path:
@@ -143,7 +150,9 @@ class ExperimentRuns:
         elif isinstance(auth, BearerAuth):
             env["ADVISOR_PROM_TOKEN"] = auth.token
         if key is not None:
-            env[KEY_ENV] = key
+            from advisor.experiments.session import LAUNCH_KEY_ENV
+
+            env[LAUNCH_KEY_ENV] = key
         return env
 
     def preview(self, watched: WatchedDeployment, ref: CheckRef) -> dict:
@@ -206,14 +215,7 @@ class ExperimentRuns:
 
     @staticmethod
     def _stop(proc: subprocess.Popen) -> None:
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=RESTORE_WAIT_S)
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            # Past the restore's own budget: the journal lets `advisor recover` finish the job.
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        from advisor.children import stop_restoring
+
+        # Its own session (start_new_session): the group is the child and its workers only.
+        stop_restoring(proc, group=True, what="the experiment")

@@ -16,14 +16,13 @@ class Saved:
     diagnosis: Diagnosis
 
 
-def diagnose(watched: WatchedDeployment, store_url: str) -> Saved:
+def diagnose(watched: WatchedDeployment, store) -> Saved:
     """Snapshot, rules, save. Raises AdvisorError (one line) when the target cannot be diagnosed."""
     from advisor import net
     from advisor.diagnosis import diagnose as run_rules
     from advisor.diagnosis import load_overrides, load_rules, load_slo, per_replica_signals
     from advisor.errors import AdvisorError
     from advisor.settings import get_settings
-    from advisor.store import open_store
     from probes import probe_prometheus
     from probes.errors import BadExposition, CatalogError
 
@@ -40,5 +39,4 @@ def diagnose(watched: WatchedDeployment, store_url: str) -> Saved:
     if not any(s.present for s in snap.signals.values()):
         raise AdvisorError(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
     result = run_rules(snap, rules, slo)
-    with open_store(store_url) as store:
-        return Saved(store.save_diagnosis(result, snap, deployment=watched.name), result)
+    return Saved(store.save_diagnosis(result, snap, deployment=watched.name), result)

@@ -59,6 +59,16 @@ class Scheduler:
         self.started = datetime.now(timezone.utc)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._store = None
+
+    @property
+    def store(self):
+        """Opened (and migrated) once, on first use, not at every tick."""
+        if self._store is None:
+            from advisor.store import open_store
+
+            self._store = open_store(self.store_url)
+        return self._store
 
     def start(self) -> None:
         self.started = datetime.now(timezone.utc)
@@ -69,6 +79,9 @@ class Scheduler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=120)
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -80,23 +93,21 @@ class Scheduler:
 
     def run_due(self, now: datetime) -> list[Outcome]:
         """Runs every job whose slot has come and that no advisor has claimed; returns what ran."""
-        from advisor.store import open_store
-
         done = []
-        with open_store(self.store_url) as store:
-            for w in self.config.deployments:
-                if w.diagnose_every:
-                    slot = _slot_of(now, parse_duration(w.diagnose_every)).isoformat()
-                    done += self._run(store, f"diagnose:{w.name}", slot, lambda w=w: self._diagnose(w))
-            weekly = self.config.weekly_report
-            if weekly is not None:
-                fire = last_fire(weekly.cron, now)
-                # Only times since this server started: a restart does not replay last Monday.
-                if fire is not None and fire >= self.started - timedelta(seconds=self.tick_s):
-                    done += self._run(store, "weekly-report", fire.isoformat(), lambda: self._weekly(fire))
+        for w in self.config.deployments:
+            if w.diagnose_every:
+                slot = _slot_of(now, parse_duration(w.diagnose_every)).isoformat()
+                done += self._run(f"diagnose:{w.name}", slot, lambda w=w: self._diagnose(w))
+        weekly = self.config.weekly_report
+        if weekly is not None:
+            fire = last_fire(weekly.cron, now)
+            # Only times since this server started: a restart does not replay last Monday.
+            if fire is not None and fire >= self.started - timedelta(seconds=self.tick_s):
+                done += self._run("weekly-report", fire.isoformat(), lambda: self._weekly(fire))
         return done
 
-    def _run(self, store, job: str, slot: str, work) -> list[Outcome]:
+    def _run(self, job: str, slot: str, work) -> list[Outcome]:
+        store = self.store
         run_id = store.claim_job(job, slot, self.owner)
         if run_id is None:
             return []
@@ -114,19 +125,17 @@ class Scheduler:
     def _diagnose(self, w) -> str:
         from advisor.fleet.diagnose import diagnose
 
-        saved = diagnose(w, self.store_url)
+        saved = diagnose(w, self.store)
         d = saved.diagnosis
         return f"diagnosis {saved.id}: " + ("healthy" if d.healthy else f"{len(d.findings)} symptoms, worst {d.top_severity}")
 
     def _weekly(self, fire: datetime) -> str:
         from advisor.fleet.weekly import render, weekly_view
         from advisor.reports.documents import write
-        from advisor.store import open_store
 
         weekly = self.config.weekly_report
         period = parse_duration(weekly.since)
-        with open_store(self.store_url) as store:
-            view = weekly_view(self.config, store, None, period, end=fire)  # read once, rendered twice
+        view = weekly_view(self.config, self.store, None, period, end=fire)  # read once, rendered twice
         page, text = render(view, "html"), render(view, "markdown")
         said = []
         if weekly.out_dir is not None:

@@ -79,20 +79,18 @@ class WeeklyView:
     deployments: list[DeploymentWeek]
 
 
-def _probe(w: WatchedDeployment, window_s: float, at: datetime):
+def _values(w: WatchedDeployment, window_s: float, instants: list[datetime], names: list[str]) -> list[dict]:
+    """Each instant's signals (name -> value or None), read concurrently."""
     from advisor import net
     from advisor.settings import get_settings
     from probes import probe_prometheus
 
     url, http = net.target(w.prom_url, "prom", f"{w.name}.prom_url")
-    return probe_prometheus(url, window_s=window_s, model=w.model, at=at, timeout=get_settings().timeout,
-                            per_replica=False, http=http)
+    timeout = get_settings().timeout
 
-
-def _values(w: WatchedDeployment, window_s: float, instants: list[datetime], names: list[str]) -> list[dict]:
-    """Each instant's signals (name -> value or None), read concurrently."""
     def one(at: datetime) -> dict:
-        snap = _probe(w, window_s, at)
+        snap = probe_prometheus(url, window_s=window_s, model=w.model, at=at, timeout=timeout, per_replica=False,
+                                http=http)
         return {n: snap.value(n) for n in names}
 
     with ThreadPoolExecutor(PROBE_THREADS) as pool:

@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from advisor.children import RESTORE_WAIT_S, stop_restoring
 from advisor.escape import plain
 from advisor.localstack.deployment import write_deployment
 from advisor.localstack.engine import EngineError, LocalEngine
@@ -67,9 +68,6 @@ def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline:
         totals.first_error = totals.first_error or r.first_error
 
 
-RESTORE_WAIT_S = 300  # an interrupted experiment restores its baseline first: give it the time
-
-
 def run_diagnosis(prom_url: str, window: int, deployment: Path | None) -> int:
     cmd = [sys.executable, "-m", "advisor.cli", "diagnose", "--prom-url", prom_url, "--window", f"{window}s"]
     if deployment:
@@ -93,22 +91,8 @@ def run_diagnosis(prom_url: str, window: int, deployment: Path | None) -> int:
 
 
 def _stop_child(proc: subprocess.Popen) -> None:
-    """SIGTERM (the advisor's interrupt: it restores, then exits 143), then wait; SIGKILL only past
-    RESTORE_WAIT_S. A second Ctrl-C meanwhile does not cut the wait short."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + RESTORE_WAIT_S
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            break
-        except (KeyboardInterrupt, SystemExit):  # SystemExit: our own SIGTERM handler
-            log("still restoring the baseline; waiting for it")
-    if proc.poll() is None:
-        log(f"the diagnosis did not finish within {RESTORE_WAIT_S} s of the interrupt; killing it")
-        proc.kill()
-        proc.wait()
+    """The diagnosis' (or dashboard's) experiment restores its baseline first: advisor/children.py."""
+    stop_restoring(proc, wait_s=RESTORE_WAIT_S, say=log, what="the child")
 
 
 def serve_dashboard(engine: LocalEngine, prom: LocalPrometheus, args: argparse.Namespace) -> int:

@@ -55,14 +55,20 @@ def stored_experiment_view(store, experiment_id: int, charts_on: bool = True) ->
                                  diagnosis_id=s.diagnosis_id, created=s.created_at, charts_on=charts_on)
 
 
-def stored_diagnosis(store, diagnosis_id: int, fmt: str) -> str:
-    """A saved diagnosis, with the full results of the experiments run for it."""
+def stored_diagnosis_view(store, diagnosis_id: int) -> views.DiagnosisView:
+    """A saved diagnosis' view, with the full results (every block) of the experiments run for it."""
     d = store.get_diagnosis(diagnosis_id)
     summary = store.get_diagnosis_summary(diagnosis_id)
     linked = store.list_experiments(diagnosis_id=diagnosis_id)
     experiments = [stored_experiment_view(store, e.id) for e in reversed(linked)] if linked else None
-    return diagnosis_document(d, fmt, ident=diagnosis_id, deployment=summary.deployment,
-                              experiments=experiments)
+    return views.diagnosis_view(d, ident=diagnosis_id, deployment=summary.deployment, experiments=experiments)
+
+
+def stored_diagnosis(store, diagnosis_id: int, fmt: str) -> str:
+    if fmt == "markdown":  # no charts, no experiment views to draw
+        return diagnosis_document(store.get_diagnosis(diagnosis_id), fmt, ident=diagnosis_id,
+                                  deployment=store.get_diagnosis_summary(diagnosis_id).deployment)
+    return html.render("diagnosis.html.j2", d=stored_diagnosis_view(store, diagnosis_id))
 
 
 def stored_experiment(store, experiment_id: int) -> str:

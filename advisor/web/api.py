@@ -65,7 +65,7 @@ async def run_diagnosis(w: Watched, ctx: Ctx, _: Actor) -> dict:
     """Runs a diagnosis of the deployment now (its Prometheus, its SLOs) and saves it."""
     from advisor.fleet.diagnose import diagnose
 
-    saved = await run_in_threadpool(diagnose, w, ctx.store_url)
+    saved = await run_in_threadpool(diagnose, w, ctx.store)
     d = saved.diagnosis
     return {"id": saved.id, "url": f"/diagnoses/{saved.id}", "healthy": d.healthy, "top_severity": d.top_severity,
             "findings": len(d.findings), "checks": [c.title for c in d.checks]}

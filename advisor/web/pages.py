@@ -10,6 +10,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
+from advisor.diagnosis.model import SEVERITY_ORDER
 from advisor.reports import charts, documents, html, views
 from advisor.web.api import _allowed, _experiments_of, _or_404, watched_of_experiment
 from advisor.web.context import Ctx, Watched
@@ -39,18 +40,12 @@ def fleet(ctx: Ctx, _: Reader) -> HTMLResponse:
         top = None
         if last and not last.healthy:
             d = ctx.store.get_diagnosis(last.id)
-            top = max(d.findings, key=lambda f: views_severity(f.severity), default=None)
+            top = max(d.findings, key=lambda f: SEVERITY_ORDER.get(f.severity, 0), default=None)
         spark = [s.ttft_p95 for s in reversed(history)]
         rows.append({"w": w, "last": last, "when": views.when(last.created_at) if last else "never",
                      "top": top, "spark": charts.sparkline(spark, f"{w.name} TTFT p95, last 7 days")
                      if any(v is not None for v in spark) else None})
     return _page("fleet.html.j2", ctx, rows=rows)
-
-
-def views_severity(severity: str) -> int:
-    from advisor.diagnosis.model import SEVERITY_ORDER
-
-    return SEVERITY_ORDER.get(severity, 0)
 
 
 @router.get("/deployments/{name}", response_class=HTMLResponse)
@@ -73,10 +68,7 @@ def _diagnosis_html(ctx, diagnosis_id: int, dashboard: bool) -> str:
     _allowed(ctx, summary.deployment)
     if not dashboard:
         return documents.stored_diagnosis(ctx.store, diagnosis_id, "html")
-    d = ctx.store.get_diagnosis(diagnosis_id)
-    linked = ctx.store.list_experiments(diagnosis_id=diagnosis_id)
-    experiments = [documents.stored_experiment_view(ctx.store, e.id) for e in reversed(linked)] if linked else None
-    view = views.diagnosis_view(d, ident=diagnosis_id, deployment=summary.deployment, experiments=experiments)
+    view = documents.stored_diagnosis_view(ctx.store, diagnosis_id)
     testable = ctx.config.get(summary.deployment).deployment is not None
     return html.render("diagnosis.html.j2", d=view, dashboard=True, actions=ctx.token is not None,
                        testable=testable)
