@@ -21,13 +21,14 @@ FAKE = [sys.executable, "-m", "tests.support.fake_openai"]
 pytestmark = pytest.mark.usefixtures("at_root")
 
 
-def make(tmp_path, ports, base_args, cand_args, blocks=4, guard=None) -> tuple[Design, LocalLauncher, Journal]:
+def make(tmp_path, ports, base_args, cand_args, blocks=4, guard=None,
+         output_tokens=16) -> tuple[Design, LocalLauncher, Journal]:
     port, cport = free_port(), free_port()
     ports += [port, cport]
     dep = Deployment.model_validate({"name": "fake", "engine": "vllm", "model": "fake", "launcher": "local",
                                      "local": {"command": FAKE, "args": base_args, "port": port,
                                                "candidate_port": cport, "arms": "parallel", "start_timeout_s": 20}})
-    w = Workload.model_validate({"buckets": [{"prompt_tokens": 8, "output_tokens": 16}], "requests": 24,
+    w = Workload.model_validate({"buckets": [{"prompt_tokens": 8, "output_tokens": output_tokens}], "requests": 24,
                                  "arrival": {"kind": "concurrency", "concurrency": 4}})
     d = Design(id="exp-test", deployment=dep, mechanism="max_num_seqs", value=8, baseline_args=base_args,
                candidate_args=cand_args, candidate_env={}, workload=w, requests=plan(w), blocks_per_arm=blocks,
@@ -55,8 +56,14 @@ def test_faster_candidate_is_improved_and_the_baseline_untouched(tmp_path, ports
     assert journal.pending() is None
 
 
+# Identical arms: a per-token sleep long enough that a loaded machine's scheduling jitter (tests run
+# four at a time on two cores) is a small part of it; at 3 ms an arm that happened to meet a busier
+# moment looked 5 % slower in every block and a CI run called the A/A "improved".
+AA_DELAY = ["--delay", "0.02"]
+
+
 def test_identical_arms_never_claim_a_difference(tmp_path, ports):
-    d, lau, journal = make(tmp_path, ports, ["--delay", "0.003"], ["--delay", "0.003", "--same"])
+    d, lau, journal = make(tmp_path, ports, AA_DELAY, [*AA_DELAY, "--same"], output_tokens=8)
     r = execute(d, lau, journal, lambda m: None)
     assert r.verdict in ("no change", "inconclusive")
 

@@ -18,7 +18,7 @@ from advisor.experiments.runner import execute
 from advisor.workload.plan import plan
 from advisor.workload.spec import Workload
 from tests.support.servers import free_port, listener
-from tests.unit.test_experiment_runner import FAKE, make
+from tests.unit.test_experiment_runner import AA_DELAY, FAKE, make
 
 pytestmark = pytest.mark.usefixtures("at_root")
 runner = CliRunner()
@@ -43,7 +43,7 @@ def test_a_large_effect_stops_at_the_first_decisive_look(tmp_path, ports):
 
 
 def test_identical_arms_run_to_the_maximum_without_a_difference(tmp_path, ports):
-    d, lau, journal = make(tmp_path, ports, ["--delay", "0.003"], ["--delay", "0.003", "--same"], blocks=6)
+    d, lau, journal = make(tmp_path, ports, AA_DELAY, [*AA_DELAY, "--same"], blocks=6, output_tokens=8)
     d.stopping = planning.stopping("p50", 6)
     r = execute(d, lau, journal, lambda m: None)
     assert r.verdict in ("no change", "inconclusive")
