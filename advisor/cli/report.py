@@ -48,15 +48,16 @@ def report_diagnosis(diagnosis_id: Annotated[int, typer.Argument(help="A saved d
 @report_app.command("experiment")
 def report_experiment(experiment_id: Annotated[int, typer.Argument(help="A stored experiment's id.")],
                       out: Out) -> None:
-    """A stored experiment as a self-contained HTML page."""
-    from advisor.reports.documents import ReportError, format_of, stored_experiment
+    """A stored experiment: its verdict, every readout with its interval, the looks, the client and
+    server readouts per arm and per block, the design and the manifest. HTML (with its forest plot
+    and per-block chart) or markdown."""
+    from advisor.reports.documents import format_of, stored_experiment
     from advisor.store import open_store
 
     try:
-        if format_of(out) != "html":
-            raise ReportError("an experiment report is HTML: use a .html file name")
+        fmt = format_of(out)
         with open_store(get_settings().database_url) as store:
-            text = stored_experiment(store, experiment_id)
+            text = stored_experiment(store, experiment_id, fmt)
         _write(out, text)
     except AdvisorError as e:
         raise fail(str(e)) from None

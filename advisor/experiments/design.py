@@ -86,6 +86,7 @@ class Design:
     guardrails: Guardrails = field(default_factory=Guardrails)
     numerics: bool = False
     fails_means: str = ""
+    watch: tuple[str, ...] = ()  # the knob's server signals to watch (catalog `watch`), read per block
     direction: str | None = None   # what the check prescribed (None: a given value or the knob's default)
     seed_pinned: bool = False      # the workload's seed was given (file or caller), not drawn fresh
     stopping: Stopping = field(default_factory=Stopping)  # default: fixed horizon, one look at the maximum

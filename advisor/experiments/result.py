@@ -46,6 +46,28 @@ class Look(BaseModel):
     requests: int | None = Field(default=None, description="requests sent to both arms so far")
 
 
+class ServerReadout(BaseModel):
+    """What the arm's own engine said about one block (its /metrics, scraped before, during and
+    after it): the catalog's signals, and the requests it counted against those the advisor sent."""
+
+    signals: dict[str, float | None] = Field(default={}, description="signal name -> value over the block "
+                                             "(None: the engine does not export it, or it counted nothing)")
+    window_s: float | None = None
+    requests_counted: int | None = Field(default=None, description="requests the engine finished in the window")
+    outside_requests: int | None = Field(default=None, description="requests it finished beyond those the "
+                                         "advisor sent: outside traffic on this arm during the block")
+    note: str | None = Field(default=None, description="why there are no readouts, or a caveat")
+
+
+class ServerRow(BaseModel):
+    """One server signal per arm: the median of its blocks' values."""
+
+    signal: str
+    baseline: float | None
+    candidate: float | None
+    watched: bool = Field(description="the knob's catalog names it as a signal to watch")
+
+
 class BlockRecord(BaseModel):
     arm: str
     block: int
@@ -61,6 +83,7 @@ class BlockRecord(BaseModel):
     restart_s: float | None = Field(default=None, description="seconds the arm took to (re)start before this "
                                     "block; None when it was already serving")
     warmup_requests: int = Field(default=0, description="unmeasured requests sent before this block, after a (re)start")
+    server: ServerReadout | None = Field(default=None, description="the arm's engine's own readouts for this block")
 
 
 class QualityGuard(BaseModel):
@@ -102,6 +125,9 @@ class ExperimentResult(BaseModel):
     baseline_restored: bool | None = None
     restore_note: str | None = None
     fails_means: str | None = None
+    server: list[ServerRow] = Field(default=[], description="server readouts per arm (median over its blocks)")
+    server_notes: list[str] = Field(default=[], description="outside traffic, unreadable /metrics, and what "
+                                    "the watched signals say about a failure")
     calibration: list[ReadoutNoise] | None = Field(default=None, description="A/A runs: the noise measured "
                                                    "per readout, stored for later plans")
     manifest: dict = {}

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from advisor import interrupts
 from advisor.errors import AdvisorError
-from advisor.experiments import quality, readouts, stats
+from advisor.experiments import engine_readouts, quality, readouts, stats
 from advisor.experiments.design import Design
 from advisor.experiments.journal import Journal
 from advisor.experiments.launchers import Launcher, LaunchError
@@ -190,9 +190,12 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                 return launcher.check(arm) if arm == "candidate" else None
 
             a = design.workload.arrival
+            watch = engine_readouts.BlockWatch(url, design.deployment.engine, design.deployment.model, design.watch)
             r = run_load(run(target, reqs, block_prompts[b], should_abort=should_abort,
                                 concurrency=a.concurrency if a.kind == "concurrency" else None))
-            sent += sum(x.status != "not_sent" for x in r.records)
+            block_sent = sum(x.status != "not_sent" for x in r.records)
+            sent += block_sent
+            server = watch.readout(block_sent)
             summary = summarize(r)
             by_block[(arm, b)] = r.records
             run_id = save_block(arm, b, r, summary) if save_block else None
@@ -201,7 +204,8 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                                       ttft_p50=s.ttft.p50, tpot_p50=s.tpot.p50, e2e_p95=s.e2e.p95,
                                       generator_valid=summary.generator.valid,
                                       why_invalid=summary.generator.why_invalid, run_id=run_id,
-                                      restart_s=restart.pop(arm, None), warmup_requests=warmed_now))
+                                      restart_s=restart.pop(arm, None), warmup_requests=warmed_now,
+                                      server=server))
             journal.write(exp, "block", arm=arm, block=b, ok=s.ok, errors=s.errors)
             say(f"{arm} block {b + 1}: {s.ok}/{s.requests} ok, TTFT p50 {1000 * (s.ttft.p50 or 0):.0f} ms")
             if r.aborted:
@@ -245,6 +249,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                        f"reached the planned maximum of {design.blocks_per_arm} blocks per arm"
                        + (f" after {len(looks)} look{'s' if len(looks) != 1 else ''}" if design.stopping.sequential
                           else " (fixed horizon)"))
+    server_rows = engine_readouts.per_arm(blocks, design.watch)
     result = ExperimentResult(
         id=exp, deployment=design.deployment.name, mechanism=design.mechanism, value=repr(design.value),
         status="aborted" if aborted else "finished", verdict=verdict,
@@ -252,7 +257,8 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
         ratio=primary.ratio if primary else None, ci=primary.ci if primary else None, reason=reason,
         metrics=metrics, looks=looks, stop_reason=stop_reason,
         blocks=blocks, aborted=aborted, baseline_restored=restored, restore_note=note,
-        fails_means=design.fails_means,
+        fails_means=design.fails_means, server=server_rows,
+        server_notes=engine_readouts.notes(blocks, server_rows, verdict),
         quality=quality.compare(outputs["baseline"], outputs["candidate"]) if len(outputs) == 2 else None)
     result._by_block = judged
     if interrupted:

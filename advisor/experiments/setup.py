@@ -178,6 +178,7 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
                   guardrails=guardrails or effective_guardrails(dep),
                   numerics=bool(getattr(knob, "changes_numerics", False)),
                   fails_means=getattr(knob, "fails_means", "") or "",
+                  watch=tuple(getattr(knob, "watch", ()) or ()),
                   direction=(direction or knob.candidate.default) if knob and value_text is None else None,
                   seed_pinned=seed is not None or (workload is not None and "seed" in workload.model_fields_set),
                   stopping=p.stopping, plan=p.describe(), aa=aa)

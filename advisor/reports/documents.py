@@ -71,7 +71,11 @@ def stored_diagnosis(store, diagnosis_id: int, fmt: str) -> str:
     return html.render("diagnosis.html.j2", d=stored_diagnosis_view(store, diagnosis_id))
 
 
-def stored_experiment(store, experiment_id: int) -> str:
+def stored_experiment(store, experiment_id: int, fmt: str = "html") -> str:
+    if fmt == "markdown":
+        from advisor.reports import markdown
+
+        return markdown.experiment(stored_experiment_view(store, experiment_id, charts_on=False))
     return html.render("experiment.html.j2", x=stored_experiment_view(store, experiment_id))
 
 

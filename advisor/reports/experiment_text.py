@@ -13,10 +13,6 @@ from advisor.escape import markup as _e
 COLOR = {"improved": "green", "regressed": "red", "no change": "cyan", "inconclusive": "yellow"}
 
 
-def _ratio(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f}"
-
-
 def render_plan(d, console: Console) -> None:
     console.print("[bold]Dry run[/]: nothing was started or changed.")
     for line in d.describe():
@@ -24,73 +20,67 @@ def render_plan(d, console: Console) -> None:
 
 
 def render(r, console: Console) -> None:
-    ci = _e(f"[{r.ci[0]:.3f}, {r.ci[1]:.3f}]") if r.ci else "-"
-    level = f"{100 * r.metrics[0].level:.3g}%" if r.metrics else "95%"
-    what = "A/A (baseline against itself)" if r.mechanism == "aa" else f"{_e(r.mechanism)} -> {_e(r.value)}"
-    console.print(f"[bold]{what}[/] on {_e(r.deployment)}: "
-                  f"[{COLOR.get(r.verdict, 'white')} bold]{_e(r.verdict.upper())}[/] on {_e(r.primary_metric)} "
-                  f"(candidate/baseline {_ratio(r.ratio)}, {level} CI {ci})", highlight=False)
-    if r.stop_reason:
-        console.print(f"[dim]stopped:[/] {_e(r.stop_reason)}", highlight=False)
-    for i, look in enumerate(r.looks, start=1):
-        lci = _e(f"[{look.ci[0]:.3f}, {look.ci[1]:.3f}]") if look.ci else "-"
-        console.print(f"[dim]  look {i}: {look.blocks} blocks per arm, {look.requests or 0} requests, ratio "
-                      f"{_ratio(look.ratio)}, {100 * (1 - look.alpha):.3g}% CI {lci}: {_e(look.verdict)}[/]",
+    """An ExperimentResult, drawn from the same view as the HTML report and the dashboard."""
+    from advisor.reports.views import experiment_view
+
+    x = experiment_view(r, charts_on=False)
+    console.print(f"[bold]{_e(x.title)}[/] on {_e(x.deployment)}: "
+                  f"[{COLOR.get(x.verdict, 'white')} bold]{_e(x.verdict.upper())}[/] on {_e(x.primary)} "
+                  f"(candidate/baseline {_e(x.ratio)}, {_e(x.level)} CI {_e(x.ci)})", highlight=False)
+    if x.stop_reason:
+        console.print(f"[dim]stopped:[/] {_e(x.stop_reason)}", highlight=False)
+    for i, look in enumerate(x.looks, start=1):
+        console.print(f"[dim]  look {i}: {look['blocks']} blocks per arm, {look['requests']} requests, ratio "
+                      f"{_e(look['ratio'])}, {_e(look['level'])} CI {_e(look['ci'])}: {_e(look['verdict'])}[/]",
                       highlight=False)
-    if r.verdict == "inconclusive" and r.reason and not r.aborted:
-        console.print(f"[yellow]why:[/] {_e(r.reason)}", highlight=False)
-    if r.aborted:
-        console.print(f"[red]aborted:[/] {_e(r.aborted)}  [dim](samples so far are kept)[/]", highlight=False)
-    console.print(("[green]baseline restored:[/] " if r.baseline_restored else "[red bold]baseline NOT restored:[/] ")
-                  + _e(r.restore_note or ""), highlight=False)
-    if r.verdict in ("regressed", "no change") and r.fails_means:
-        console.print(f"[dim]if it fails, it means: {_e(r.fails_means)}[/]", highlight=False)
+    if x.verdict == "inconclusive" and x.reason and not x.aborted:
+        console.print(f"[yellow]why:[/] {_e(x.reason)}", highlight=False)
+    if x.aborted:
+        console.print(f"[red]aborted:[/] {_e(x.aborted)}  [dim](samples so far are kept)[/]", highlight=False)
+    restored = r.baseline_restored
+    console.print(("[green]baseline restored:[/] " if restored else "[red bold]baseline NOT restored:[/] ")
+                  + _e(x.restore_note or ""), highlight=False)
+    if x.verdict in ("regressed", "no change") and x.fails_means:
+        console.print(f"[dim]if it fails, it means: {_e(x.fails_means)}[/]", highlight=False)
     t = Table(show_edge=False, title="metrics (lower is better unless noted)", title_justify="left")
     for c in ("metric", "baseline", "candidate", "ratio", "CI", "adj. p", "verdict", "method"):
         t.add_column(c, overflow="fold")
-    for m in r.metrics:
-        t.add_row(_e(f"{m.metric} {m.statistic}"), _fmt(m.baseline_value), _fmt(m.candidate_value), _ratio(m.ratio),
-                  _e(f"[{m.ci[0]:.3f}, {m.ci[1]:.3f}]") if m.ci else "-",
-                  "-" if m.adjusted_p is None else f"{m.adjusted_p:.3g}",
+    for m in x.metrics:
+        t.add_row(_e(m.name), _e(m.baseline), _e(m.candidate), _e(m.ratio), _e(m.ci), _e(m.adjusted_p),
                   f"[{COLOR.get(m.verdict, 'white')}]{_e(m.verdict)}[/]", f"[dim]{_e(m.method)}[/]")
     console.print(t)
-    if r.quality:
-        q = r.quality
-        console.print(f"quality guard: {q.exact_match:.0%} identical greedy outputs, {q.token_agreement:.0%} token "
-                      f"agreement ({_e(q.note)})", highlight=False)
+    if x.quality:
+        console.print(f"quality guard: {_e(x.quality)}", highlight=False)
     b = Table(show_edge=False, title="blocks", title_justify="left")
     for c in ("arm", "block", "restart", "warmup", "requests", "ok", "errors", "TTFT p50", "TPOT p50", "E2E p95",
-              "generator"):
+              "outside", "generator"):
         b.add_column(c)
-    for x in r.blocks:
-        b.add_row(_e(x.arm), str(x.block + 1), "-" if x.restart_s is None else f"{x.restart_s:.1f} s",
-                  str(x.warmup_requests or "-"), str(x.requests), str(x.ok), str(x.errors), _fmt(x.ttft_p50),
-                  _fmt(x.tpot_p50), _fmt(x.e2e_p95),
-                  "valid" if x.generator_valid else f"[red]behind, not judged[/] [dim]{_e(x.why_invalid or '')}[/]")
+    for k in x.blocks:
+        b.add_row(_e(k.arm), str(k.block), _e(k.restart), _e(k.warmup), str(k.requests), str(k.ok), str(k.errors),
+                  _e(k.ttft_p50), _e(k.tpot_p50), _e(k.e2e_p95), _e(k.outside),
+                  "valid" if k.valid else f"[red]behind, not judged[/] [dim]{_e(k.why_invalid or '')}[/]")
     console.print(b)
-    if r.calibration:
+    if x.server:
+        s = Table(show_edge=False, title="server readouts per arm (the engines' own /metrics, median of the "
+                  "valid blocks; * the knob's watched signals)", title_justify="left")
+        for c in ("signal", "baseline", "candidate", "change"):
+            s.add_column(c)
+        for row in x.server:
+            s.add_row(_e(row.signal) + (" *" if row.watched else ""), _e(row.baseline), _e(row.candidate),
+                      _e(row.change))
+        console.print(s)
+    for note in x.server_notes:
+        console.print(f"[yellow]server:[/] {_e(note)}", highlight=False)
+    if x.calibration:
         c = Table(show_edge=False, title="noise measured (stored for later plans: advisor experiment --plan)",
                   title_justify="left")
         for col in ("readout", "block log-SD", "sampling", "drift", "blocks"):
             c.add_column(col)
-        for n in r.calibration:
-            c.add_row(_e(f"{n.metric} {n.statistic}"), f"{n.block_sd:.3f}", f"{n.sampling_sd:.3f}",
-                      f"{n.drift_sd:.3f}", str(n.blocks))
+        for n in x.calibration:
+            c.add_row(_e(n.readout), n.block_sd, n.sampling_sd, n.drift_sd, str(n.blocks))
         console.print(c)
-    m = r.manifest
-    if m:
-        hw = m.get("hardware", {})
-        console.print("[dim]" + _e(f"manifest: {m['deployment']['engine']} {m.get('engine_version') or ''}, model "
-                                   f"{m['deployment']['model']}, {hw.get('cpu')} x{hw.get('cores')}, "
-                                   f"{', '.join(hw.get('gpus') or []) or 'no GPU'}; workload {m['workload']['name']} "
-                                   f"({m['concurrency_or_rate']}, seed {m['seeds']['workload']}); "
-                                   f"blocks {' '.join(m['block_order'])}") + "[/]", highlight=False)
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.3f} s"
+    if x.manifest_line:
+        console.print(f"[dim]manifest: {_e(x.manifest_line)}[/]", highlight=False)
 
 
 def render_plans(rows, console: Console, as_json: bool = False) -> None:

@@ -58,3 +58,8 @@ def diagnosis(d, **view) -> str:
     from advisor.reports.views import diagnosis_view
 
     return render("diagnosis.md.j2", v=diagnosis_view(d, charts_on=False, **view))
+
+
+def experiment(view) -> str:
+    """An experiment as markdown, from the view the HTML report and the terminal use."""
+    return render("experiment.md.j2", x=view)

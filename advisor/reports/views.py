@@ -50,6 +50,8 @@ class MetricRow:
     level: str
     verdict: str
     reason: str
+    adjusted_p: str = "-"
+    method: str = ""
 
 
 @dataclass
@@ -66,6 +68,26 @@ class BlockRow:
     valid: bool
     why_invalid: str | None
     restart: str
+    warmup: str = "-"
+    outside: str = "-"  # requests the arm's engine finished that the advisor did not send
+
+
+@dataclass
+class ServerRowView:
+    signal: str
+    baseline: str
+    candidate: str
+    change: str  # "x3.8", "-" where either arm has no value or the baseline is zero
+    watched: bool
+
+
+@dataclass
+class NoiseRow:
+    readout: str
+    block_sd: str
+    sampling_sd: str
+    drift_sd: str
+    blocks: int
 
 
 @dataclass
@@ -96,6 +118,12 @@ class ExperimentView:
     id: int | None = None
     diagnosis_id: int | None = None
     created: str = "-"
+    title: str = ""  # "max_num_seqs -> 8", or what an A/A run is
+    server: list[ServerRowView] = field(default_factory=list)
+    server_notes: list[str] = field(default_factory=list)
+    quality: str | None = None
+    calibration: list[NoiseRow] = field(default_factory=list)
+    manifest_line: str | None = None  # the manifest in one line, for the terminal
 
 
 def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
@@ -105,12 +133,39 @@ def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
             return "-" if v is None else f"{v:.4g}"
         rows.append(MetricRow(f"{m.metric} {m.statistic}", "primary" if i == 0 else "secondary", fmt(m.baseline_value),
                               fmt(m.candidate_value), ratio_text(m.ratio), ci_text(m.ci), level_text(m.level),
-                              m.verdict, m.reason))
+                              m.verdict, m.reason, "-" if m.adjusted_p is None else f"{m.adjusted_p:.3g}", m.method))
     return rows
 
 
 def _seconds(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1000:.0f} ms"
+    if v is None:
+        return "-"
+    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+
+
+def _title(mechanism: str, value: str) -> str:
+    return "A/A (baseline against itself)" if mechanism == "aa" else f"{mechanism} -> {value}"
+
+
+def _server_rows(r: ExperimentResult) -> list[ServerRowView]:
+    from advisor.experiments.engine_readouts import fmt
+
+    def change(b: float | None, c: float | None) -> str:
+        return "-" if b is None or c is None or b == 0 else f"x{c / b:.3g}"
+
+    return [ServerRowView(x.signal, fmt(x.baseline), fmt(x.candidate), change(x.baseline, x.candidate), x.watched)
+            for x in r.server]
+
+
+def _manifest_line(m: dict) -> str | None:
+    if not m or "deployment" not in m:
+        return None
+    hw = m.get("hardware", {})
+    work = m.get("workload", {})
+    return (f"{m['deployment'].get('engine')} {m.get('engine_version') or ''}, model {m['deployment'].get('model')}, "
+            f"{hw.get('cpu')} x{hw.get('cores')}, {', '.join(hw.get('gpus') or []) or 'no GPU'}; workload "
+            f"{work.get('name')} ({m.get('concurrency_or_rate')}, seed {(m.get('seeds') or {}).get('workload')}); "
+            f"blocks {' '.join(m.get('block_order') or [])}")
 
 
 def experiment_view(result: ExperimentResult | None, *, key: str = "", deployment: str = "", mechanism: str = "",
@@ -125,11 +180,13 @@ def experiment_view(result: ExperimentResult | None, *, key: str = "", deploymen
                            b.valid, b.why_invalid, "-") for i, b in enumerate(running_blocks or [])]
         return ExperimentView(key, deployment, mechanism, value, status or "running", "-", "-", "-", "-", "-",
                               None, None, "-", None, None, None, [], blocks, [], design_lines, "{}", None, None,
-                              ident, diagnosis_id, when(created))
+                              ident, diagnosis_id, when(created), title=_title(mechanism, value))
     r = result
     blocks = [BlockRow(i + 1, b.arm, b.block + 1, b.requests, b.ok, b.errors, _seconds(b.ttft_p50),
                        _seconds(b.tpot_p50), _seconds(b.e2e_p95), b.generator_valid, b.why_invalid,
-                       "-" if b.restart_s is None else f"{b.restart_s:.0f} s") for i, b in enumerate(r.blocks)]
+                       "-" if b.restart_s is None else f"{b.restart_s:.1f} s", str(b.warmup_requests or "-"),
+                       "-" if not b.server or b.server.outside_requests is None else str(b.server.outside_requests))
+              for i, b in enumerate(r.blocks)]
     metrics = _metric_rows(r.metrics, r.primary_metric)
     forest_svg = blocks_svg = None
     if charts_on:
@@ -148,7 +205,13 @@ def experiment_view(result: ExperimentResult | None, *, key: str = "", deploymen
         level=level_text(level), stop_reason=r.stop_reason, reason=r.reason, restored=restored_text(r.baseline_restored),
         restore_note=r.restore_note, aborted=r.aborted, fails_means=r.fails_means, metrics=metrics, blocks=blocks,
         looks=looks, design=design_lines, manifest_json=escape.json_text(r.manifest), forest_svg=forest_svg,
-        blocks_svg=blocks_svg, id=ident, diagnosis_id=diagnosis_id, created=when(created))
+        blocks_svg=blocks_svg, id=ident, diagnosis_id=diagnosis_id, created=when(created),
+        title=_title(r.mechanism, r.value), server=_server_rows(r), server_notes=list(r.server_notes),
+        quality=(f"{r.quality.exact_match:.0%} identical greedy outputs, {r.quality.token_agreement:.0%} token "
+                 f"agreement ({r.quality.note})") if r.quality else None,
+        calibration=[NoiseRow(f"{n.metric} {n.statistic}", f"{n.block_sd:.3f}", f"{n.sampling_sd:.3f}",
+                              f"{n.drift_sd:.3f}", n.blocks) for n in r.calibration or []],
+        manifest_line=_manifest_line(r.manifest))
 
 
 @dataclass

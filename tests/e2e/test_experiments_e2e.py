@@ -72,6 +72,15 @@ def test_max_num_seqs_raised_under_a_queue_improves_ttft(tmp_path, local_engine,
     assert r["verdict"] == "improved", (r["ratio"], r["ci"], r["blocks"])
     assert r["ci"][1] < 1
     assert flag(argv_on(local_engine.port), "--max-num-seqs") == "2", "the baseline keeps its own flags"
+    # Each arm's own engine says why: a wider batch on the candidate, the queue on the baseline, and
+    # every request it finished was one the advisor sent.
+    server = {row["signal"]: row for row in r["server"]}
+    running, waiting = server["requests_running_avg"], server["requests_waiting_avg"]
+    assert running["watched"] and running["baseline"] <= 2.01 < running["candidate"], r["server"]
+    assert waiting["baseline"] > waiting["candidate"], r["server"]
+    for b in r["blocks"]:
+        assert b["server"]["requests_counted"] == b["requests"] and b["server"]["outside_requests"] == 0, b
+    assert not any(n.startswith("outside traffic") for n in r["server_notes"]), r["server_notes"]
     from advisor.store import open_store
 
     with open_store(os.environ["ADVISOR_DB_URL"]) as store:

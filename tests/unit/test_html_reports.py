@@ -137,3 +137,43 @@ def test_a_running_experiment_that_stopped_beating_is_stale(tmp_path):
         view = documents.stored_experiment_view(store, ident)
         page = html.render("experiment.html.j2", x=view, dashboard=True)
     assert view.status == "stale" and "advisor recover" in page and "fetch(" not in page
+
+
+def result_with_server_readouts():
+    from advisor.experiments.result import ServerReadout, ServerRow
+
+    r = make_result()
+    for b in r.blocks:
+        b.server = ServerReadout(signals={"requests_running_avg": 2.0 if b.arm == "baseline" else 7.5},
+                                 window_s=5.0, requests_counted=40 if b.arm == "baseline" else 32,
+                                 outside_requests=8 if b.arm == "baseline" else 0)
+    r.server = [ServerRow(signal="requests_running_avg", baseline=2.0, candidate=7.5, watched=True),
+                ServerRow(signal=f"label {EVIL}", baseline=None, candidate=0.5, watched=False)]
+    r.server_notes = [f"outside traffic: the baseline's engine finished 24 requests {EVIL}"]
+    return r
+
+
+def test_an_experiment_report_in_html_and_markdown_from_the_store(tmp_path, monkeypatch):
+    """`advisor report experiment ID --out` writes either medium from one view: the verdict, the
+    server readouts per arm with the watched signal marked, outside traffic per block, escaped."""
+    from tests.support.cli import run_cli
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_store(url) as store:
+        ident = store.start_experiment(KEY, "local", "http://h:1", "max_num_seqs", "8", {"lines": [f"d {EVIL}"]})
+        store.finish_experiment(ident, result_with_server_readouts())
+    env = {"ADVISOR_DB_URL": url}
+    for name in ("x.html", "x.md"):
+        ran = run_cli("report", "experiment", str(ident), "--out", str(tmp_path / name), env=env, data_dir=tmp_path)
+        assert ran.code == 0, ran.stderr
+    page, md = (tmp_path / "x.html").read_text(), (tmp_path / "x.md").read_text()
+    offline(page)
+    assert EVIL not in page and EVIL not in md
+    assert "Server readouts per arm" in page and "requests_running_avg &#9733;" in page and "x3.75" in page
+    assert "<td>8</td>" in page, "outside requests per block"
+    assert "# Experiment exp-20261201-133547: max_num_seqs -> 8" in md
+    assert "| `requests_running_avg` \\* | 2 | 7.5 | x3.75 |" in md
+    assert "> outside traffic: the baseline's engine finished 24 requests" in md
+    assert "**improved** on ttft_p50" in md and "<svg" not in md
+    ran = run_cli("report", "experiment", str(ident), "--out", str(tmp_path / "x.pdf"), env=env, data_dir=tmp_path)
+    assert ran.code == 2 and "use a .html or .md" in ran.stderr

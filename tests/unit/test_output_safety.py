@@ -20,7 +20,7 @@ from rich.console import Console
 
 from advisor import escape
 from advisor.diagnosis import SLO, diagnose, load_rules
-from advisor.experiments.result import BlockRecord, CheckSkip, CheckVerdict, ExperimentResult, QualityGuard
+from advisor.experiments.result import BlockRecord, CheckSkip, CheckVerdict, ExperimentResult, QualityGuard, ServerRow
 from advisor.loadgen.metrics import Dist, Generator, Stats, Summary
 from advisor.reports import diagnosis_text, experiment_text, load_text, snapshot_text
 from advisor.reports.markdown import code
@@ -154,6 +154,7 @@ def test_experiment_text(s):
                          blocks=[BlockRecord(arm=s, block=0, requests=1, ok=1, errors=0, ttft_p50=0.1,
                                              tpot_p50=0.01, e2e_p95=1.0, generator_valid=True)],
                          quality=QualityGuard(prompts=1, exact_match=1, token_agreement=1, note=s),
+                         server=[ServerRow(signal=s, baseline=1.0, candidate=2.0, watched=True)], server_notes=[s],
                          manifest={"deployment": {"engine": s, "model": s}, "engine_version": s,
                                    "hardware": {"cpu": s, "cores": 2, "gpus": [s]}, "workload": {"name": s},
                                    "concurrency_or_rate": s, "seeds": {"workload": 1}, "block_order": [s]})

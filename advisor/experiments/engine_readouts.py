@@ -1,0 +1,123 @@
+"""Server-side readouts of an experiment: each arm's own engine, read around each block.
+
+The client's readouts say *whether* the candidate is faster; the engine's say *why*, in the map's
+terms: a wider effective batch, a shorter queue, more prefix-cache hits, drafts accepted or not.
+They also expose what the client cannot see: requests that the advisor did not send (outside
+traffic on an arm, which the two arms do not share and which makes them unlike).
+
+A watch that cannot read /metrics (an engine without it, a proxy in front) never stops the
+experiment: the block keeps its client readouts and a note says why it has no server ones.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import httpx
+
+from advisor import net
+from advisor.experiments.result import BlockRecord, ServerReadout, ServerRow
+from probes import gpu
+from probes._primitives import why_empty
+from probes.errors import BadExposition, ProbeError
+from probes.watch import Watch
+
+# Read for every block, whatever the knob: the map's "watch" columns that explain most verdicts.
+ALWAYS = ("requests_running_avg", "requests_waiting_avg", "requests_waiting_max", "kv_cache_usage_max",
+          "preemptions_per_s", "prefix_cache_hit_rate", "queue_time_p95", "prefill_time_p95", "decode_time_p95",
+          "generation_tokens_per_s", "spec_acceptance_rate")
+SCRAPE_EVERY_S = 1.0
+# Counted beyond what was sent before a block is said to have had outside traffic: vLLM counts a
+# request the client gave up on, and one block's last request can land in the next scrape.
+OUTSIDE_SLACK = 2
+
+
+class BlockWatch:
+    """Started before a block's load, stopped after it; `readout()` never raises."""
+
+    def __init__(self, url: str, engine: str, model: str, watch: tuple[str, ...] = (),
+                 every_s: float = SCRAPE_EVERY_S, transport: httpx.BaseTransport | None = None):
+        self.signals = tuple(dict.fromkeys((*ALWAYS, *watch)))
+        self._local = (httpx.URL(url).host or "") in ("127.0.0.1", "localhost", "::1")
+        self._watch: Watch | None = Watch(url, engine=engine, model=model, every_s=every_s,
+                                          http=net.config("engine", url=url), transport=transport)
+        self._note: str | None = None
+        try:
+            self._watch.start()
+        except (ProbeError, BadExposition) as e:
+            self._watch, self._note = None, f"no server readouts: {e}"
+
+    def readout(self, sent: int) -> ServerReadout:
+        if self._watch is None:
+            return ServerReadout(note=self._note)
+        try:
+            found = self._watch.stop()
+        except (ProbeError, BadExposition) as e:
+            return ServerReadout(note=f"no server readouts: {e}")
+        window = next((s.window_s for s in found.values() if s.window_s), None)
+        if self._local and any(s.startswith("gpu_") for s in self.signals):
+            # NVML sees this host's GPUs only; an arm served from elsewhere gets none.
+            found.update(gpu.summarize(gpu.read_gpus(), window))
+        values = {name: found[name].value if name in found else None for name in self.signals}
+        rate = found.get("request_rate")
+        if rate is not None and rate.present and window:
+            counted = round(rate.value * window)
+        else:  # nothing finished in the window is a count of zero; a metric not exported is unknown
+            counted = 0 if rate is not None and rate.missing == why_empty("count_rate") else None
+        outside = max(0, counted - sent) if counted is not None else None
+        problems = self._watch.problems
+        note = f"{len(problems)} scrape(s) failed during the block: {problems[-1]}" if problems else None
+        return ServerReadout(signals=values, window_s=window, requests_counted=counted,
+                             outside_requests=outside, note=note)
+
+
+def per_arm(blocks: list[BlockRecord], watch: tuple[str, ...] = ()) -> list[ServerRow]:
+    """Each signal's median over an arm's valid blocks, watched signals first; signals that no block
+    of either arm has a value for are left out."""
+    names: dict[str, None] = dict.fromkeys(watch)
+    for b in blocks:
+        if b.server:
+            names.update(dict.fromkeys(b.server.signals))
+    rows = []
+    for name in names:
+        vals = {arm: [b.server.signals[name] for b in blocks
+                      if b.arm == arm and b.generator_valid and b.server and b.server.signals.get(name) is not None]
+                for arm in ("baseline", "candidate")}
+        if not vals["baseline"] and not vals["candidate"]:
+            continue
+        rows.append(ServerRow(signal=name, watched=name in watch,
+                              baseline=statistics.median(vals["baseline"]) if vals["baseline"] else None,
+                              candidate=statistics.median(vals["candidate"]) if vals["candidate"] else None))
+    return rows
+
+
+def notes(blocks: list[BlockRecord], rows: list[ServerRow], verdict: str) -> list[str]:
+    """Outside traffic per arm, arms without readouts, and (for a verdict that is not an
+    improvement) what the watched signals did, in the words a failure is explained in."""
+    out = []
+    for arm in ("baseline", "candidate"):
+        mine = [b for b in blocks if b.arm == arm]
+        extra = [b for b in mine if b.server and (b.server.outside_requests or 0) > OUTSIDE_SLACK]
+        if extra:
+            n = sum(b.server.outside_requests for b in extra)
+            which = ", ".join(str(b.block + 1) for b in extra)
+            out.append(f"outside traffic: the {arm}'s engine finished {n} requests the advisor did not send during "
+                       f"its block{'s' if len(extra) > 1 else ''} {which}; those blocks measured a heavier load "
+                       "than the other arm's")
+        blind = [b for b in mine if not b.server or not b.server.signals]
+        if blind and mine:
+            why = next((b.server.note for b in blind if b.server and b.server.note), "not read")
+            out.append(f"{len(blind)} of {len(mine)} {arm} blocks have no server readouts ({why})")
+    watched = [r for r in rows if r.watched and r.baseline is not None and r.candidate is not None]
+    if watched and verdict != "improved":
+        out.append("watched signals, baseline -> candidate: "
+                   + "; ".join(f"{r.signal} {fmt(r.baseline)} -> {fmt(r.candidate)}" for r in watched))
+    return out
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v == 0:
+        return "0"
+    return f"{v:.3g}" if abs(v) >= 0.001 else f"{v:.2e}"

@@ -1,0 +1,89 @@
+"""One engine's /metrics watched while the caller runs something (an experiment's block): scraped
+when the watch starts, every `every_s` meanwhile (gauges such as running and waiting requests
+only mean something while the load runs) and when it stops, and turned into the same signals the
+engine probe computes (probes/_delta.py), so "queue time p95" means the same in a diagnosis and
+in an experiment's server readouts."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+
+from probes import _delta, _missing
+from probes import http as _http
+from probes.catalog import Dialect
+from probes.engine import detect, scrape
+from probes.errors import BadExposition, ProbeError
+from probes.exposition import Scrape
+from probes.http import HttpConfig
+from probes.snapshot import Signal
+
+
+class Watch:
+    """start() scrapes once (raises ProbeError when the engine's /metrics cannot be read: the
+    caller decides whether that matters); stop() scrapes again and returns the window's signals.
+    A scrape that fails in between is skipped and counted in `problems`."""
+
+    def __init__(self, url: str, engine: str | None = None, model: str | None = None, every_s: float = 1.0,
+                 http: HttpConfig | None = None, transport: httpx.BaseTransport | None = None):
+        self.url, userinfo = _http.split_userinfo(url)
+        self.url = self.url.rstrip("/")
+        cfg = http or HttpConfig()
+        self._cfg = cfg.with_(timeout=min(cfg.timeout or 5.0, 5.0), auth=userinfo or cfg.auth)
+        self._engine, self._model, self._every = engine, model, every_s
+        self._transport = transport
+        self._scrapes: list[Scrape] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: httpx.Client | None = None
+        self.dialect: Dialect | None = None
+        self.problems: list[str] = []
+
+    def start(self) -> Watch:
+        self._client = _http.client(self._cfg, transport=self._transport)
+        try:
+            first = scrape(self._client, self.url)
+            self.dialect = detect(first, self._engine, self.url)
+        except (ProbeError, BadExposition):
+            self._client.close()
+            raise
+        self._scrapes = [first]
+        self._thread = threading.Thread(target=self._loop, name="metrics-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._done.wait(self._every):
+            try:
+                s = scrape(self._client, self.url)
+            except (ProbeError, BadExposition) as e:
+                self.problems.append(str(e))
+                continue
+            with self._lock:
+                self._scrapes.append(s)
+
+    def stop(self) -> dict[str, Signal]:
+        """The window's signals (every catalog signal: absent ones with the reason why)."""
+        self._done.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        try:
+            try:
+                last = scrape(self._client, self.url)
+            except (ProbeError, BadExposition) as e:
+                self.problems.append(f"last scrape failed: {e}")
+            else:
+                with self._lock:
+                    self._scrapes.append(last)
+        finally:
+            self._client.close()
+        scrapes = sorted(self._scrapes, key=lambda s: s.t)
+        window = scrapes[-1].t - scrapes[0].t
+        if len(scrapes) < 2:
+            raise ProbeError(f"{self.url}/metrics answered only once during the window: "
+                             + "; ".join(self.problems[-1:]))
+        signals = _delta.compute(self.dialect, scrapes, self._model, per_replica=False).get((), {})
+        _missing.fill(signals, self.dialect.engine, None, window)
+        return signals
