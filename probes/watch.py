@@ -12,12 +12,13 @@ import httpx
 
 from probes import _delta, _missing
 from probes import http as _http
-from probes.catalog import Dialect
-from probes.engine import detect, scrape
+from probes._primitives import GAUGE_OPS
+from probes.catalog import Dialect, signals_for
+from probes.engine import detect, engine_info, scrape
 from probes.errors import BadExposition, ProbeError
 from probes.exposition import Scrape
 from probes.http import HttpConfig
-from probes.snapshot import Signal
+from probes.snapshot import EngineInfo, Signal
 
 
 class Watch:
@@ -25,7 +26,7 @@ class Watch:
     caller decides whether that matters); stop() scrapes again and returns the window's signals.
     A scrape that fails in between is skipped and counted in `problems`."""
 
-    def __init__(self, url: str, engine: str | None = None, model: str | None = None, every_s: float = 1.0,
+    def __init__(self, url: str, engine: str | None = None, model: str | None = None, every_s: float = 0.5,
                  http: HttpConfig | None = None, transport: httpx.BaseTransport | None = None):
         self.url, userinfo = _http.split_userinfo(url)
         self.url = self.url.rstrip("/")
@@ -40,12 +41,17 @@ class Watch:
         self._client: httpx.Client | None = None
         self.dialect: Dialect | None = None
         self.problems: list[str] = []
+        self.info: EngineInfo | None = None
 
-    def start(self) -> Watch:
+    def start(self, describe: bool = False) -> Watch:
+        """describe: also ask the engine what it is (/version, /v1/models, config info metrics)
+        into `info`."""
         self._client = _http.client(self._cfg, transport=self._transport)
         try:
             first = scrape(self._client, self.url)
             self.dialect = detect(first, self._engine, self.url)
+            if describe:
+                self.info = engine_info(self._client, self.url, self.dialect, first, self._model)
         except (ProbeError, BadExposition):
             self._client.close()
             raise
@@ -85,5 +91,14 @@ class Watch:
             raise ProbeError(f"{self.url}/metrics answered only once during the window: "
                              + "; ".join(self.problems[-1:]))
         signals = _delta.compute(self.dialect, scrapes, self._model, per_replica=False).get((), {})
+        inner = scrapes[1:-1]
+        if inner:
+            # Gauges from the scrapes taken while the caller's work ran: the first and the last
+            # bracket it and are idle by construction, which would pull a short block's averages
+            # towards zero. Counters and histograms need the brackets (their increase is the window's).
+            during = _delta.compute(self.dialect, inner, self._model, per_replica=False).get((), {})
+            for name, sdef in signals_for(self.dialect).items():
+                if sdef.op in GAUGE_OPS and name in during:
+                    signals[name] = during[name].model_copy(update={"window_s": window})
         _missing.fill(signals, self.dialect.engine, None, window)
         return signals

@@ -26,7 +26,9 @@ from probes.watch import Watch
 ALWAYS = ("requests_running_avg", "requests_waiting_avg", "requests_waiting_max", "kv_cache_usage_max",
           "preemptions_per_s", "prefix_cache_hit_rate", "queue_time_p95", "prefill_time_p95", "decode_time_p95",
           "generation_tokens_per_s", "spec_acceptance_rate")
-SCRAPE_EVERY_S = 1.0
+# Often enough that a block of a few seconds has several scrapes while its load runs (gauges are
+# sampled, not integrated); a vLLM /metrics page costs its API server a few milliseconds each.
+SCRAPE_EVERY_S = 0.5
 # Counted beyond what was sent before a block is said to have had outside traffic: vLLM counts a
 # request the client gave up on, and one block's last request can land in the next scrape.
 OUTSIDE_SLACK = 2
@@ -36,16 +38,22 @@ class BlockWatch:
     """Started before a block's load, stopped after it; `readout()` never raises."""
 
     def __init__(self, url: str, engine: str, model: str, watch: tuple[str, ...] = (),
-                 every_s: float = SCRAPE_EVERY_S, transport: httpx.BaseTransport | None = None):
+                 every_s: float = SCRAPE_EVERY_S, transport: httpx.BaseTransport | None = None,
+                 describe: bool = False):
+        """describe: also read what the arm's engine says it is (`arm_info`), for the manifest."""
         self.signals = tuple(dict.fromkeys((*ALWAYS, *watch)))
         self._local = (httpx.URL(url).host or "") in ("127.0.0.1", "localhost", "::1")
         self._watch: Watch | None = Watch(url, engine=engine, model=model, every_s=every_s,
                                           http=net.config("engine", url=url), transport=transport)
         self._note: str | None = None
+        self.arm_info: dict | None = None
         try:
-            self._watch.start()
+            self._watch.start(describe=describe)
         except (ProbeError, BadExposition) as e:
             self._watch, self._note = None, f"no server readouts: {e}"
+        else:
+            if self._watch.info is not None:
+                self.arm_info = self._watch.info.model_dump(exclude={"problems"})
 
     def readout(self, sent: int) -> ServerReadout:
         if self._watch is None:

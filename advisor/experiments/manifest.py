@@ -18,8 +18,12 @@ def experiment_manifest(d: Design, r: ExperimentResult) -> dict:
         "deployment": {"name": d.deployment.name, "engine": d.deployment.engine, "model": d.deployment.model,
                        "launcher": d.deployment.launcher,
                        "arms": d.deployment.local.arms if d.deployment.local else "endpoints"},
-        "engine_version": manifest.engine_version(url),
-        "hardware": manifest.machine(),
+        # From the arms themselves; the hardware is this host's only where the local launcher runs
+        # both arms on it.
+        "engine_version": (r.arms.get("baseline") or {}).get("version") or manifest.engine_version(url),
+        "arms": r.arms,
+        "hardware": manifest.machine() if d.deployment.launcher == "local" else
+        {"note": "the arms run elsewhere: what they say about themselves is under arms"},
         "mechanism": d.mechanism, "value": repr(d.value), "direction": getattr(d, "direction", None),
         "baseline_argv": d.baseline_args, "candidate_argv": d.candidate_args, "candidate_env": d.candidate_env,
         "workload": {"name": w.name, "source": w.source, "buckets": [b.model_dump() for b in w.buckets],

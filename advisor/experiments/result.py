@@ -126,6 +126,8 @@ class ExperimentResult(BaseModel):
     restore_note: str | None = None
     fails_means: str | None = None
     server: list[ServerRow] = Field(default=[], description="server readouts per arm (median over its blocks)")
+    arms: dict[str, dict] = Field(default={}, description="what each arm's engine said it is (/version, "
+                                  "/v1/models, its config info metrics), read at its first block")
     server_notes: list[str] = Field(default=[], description="outside traffic, unreadable /metrics, and what "
                                     "the watched signals say about a failure")
     calibration: list[ReadoutNoise] | None = Field(default=None, description="A/A runs: the noise measured "

@@ -141,6 +141,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     aborted: str | None = None
     looks: list[Look] = []
     stop_reason: str | None = None
+    arms: dict[str, dict] = {}  # what each arm's engine said it is, read once
     started = time.monotonic()
     sent = 0
     interrupted = False
@@ -190,7 +191,10 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                 return launcher.check(arm) if arm == "candidate" else None
 
             a = design.workload.arrival
-            watch = engine_readouts.BlockWatch(url, design.deployment.engine, design.deployment.model, design.watch)
+            watch = engine_readouts.BlockWatch(url, design.deployment.engine, design.deployment.model, design.watch,
+                                               describe=arm not in arms)
+            if watch.arm_info is not None:
+                arms[arm] = watch.arm_info
             r = run_load(run(target, reqs, block_prompts[b], should_abort=should_abort,
                                 concurrency=a.concurrency if a.kind == "concurrency" else None))
             block_sent = sum(x.status != "not_sent" for x in r.records)
@@ -257,7 +261,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
         ratio=primary.ratio if primary else None, ci=primary.ci if primary else None, reason=reason,
         metrics=metrics, looks=looks, stop_reason=stop_reason,
         blocks=blocks, aborted=aborted, baseline_restored=restored, restore_note=note,
-        fails_means=design.fails_means, server=server_rows,
+        fails_means=design.fails_means, server=server_rows, arms=arms,
         server_notes=engine_readouts.notes(blocks, server_rows, verdict),
         quality=quality.compare(outputs["baseline"], outputs["candidate"]) if len(outputs) == 2 else None)
     result._by_block = judged

@@ -162,8 +162,10 @@ def _manifest_line(m: dict) -> str | None:
         return None
     hw = m.get("hardware", {})
     work = m.get("workload", {})
+    machine = (f"{hw.get('cpu')} x{hw.get('cores')}, {', '.join(hw.get('gpus') or []) or 'no GPU'}" if "cpu" in hw
+               else "arms on other hosts")
     return (f"{m['deployment'].get('engine')} {m.get('engine_version') or ''}, model {m['deployment'].get('model')}, "
-            f"{hw.get('cpu')} x{hw.get('cores')}, {', '.join(hw.get('gpus') or []) or 'no GPU'}; workload "
+            f"{machine}; workload "
             f"{work.get('name')} ({m.get('concurrency_or_rate')}, seed {(m.get('seeds') or {}).get('workload')}); "
             f"blocks {' '.join(m.get('block_order') or [])}")
 

@@ -122,6 +122,7 @@ def test_a_new_user_diagnoses_and_proves_a_check_from_the_browser(local_engine, 
         assert "restored and healthy" in body.text
         assert len(body.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2, "forest plot and per-block chart"
         assert len(body.find_elements(By.CSS_SELECTOR, "table.blocks tr")) - 1 == 4
+        assert "Server readouts per arm" in body.text and "requests_running_avg" in body.text, body.text[:3000]
         assert listener(candidate_port) is None, "the candidate was stopped"
 
         # The weekly report, downloaded and opened from disk: it needs nothing from the network.

@@ -81,6 +81,9 @@ def test_max_num_seqs_raised_under_a_queue_improves_ttft(tmp_path, local_engine,
     for b in r["blocks"]:
         assert b["server"]["requests_counted"] == b["requests"] and b["server"]["outside_requests"] == 0, b
     assert not any(n.startswith("outside traffic") for n in r["server_notes"]), r["server_notes"]
+    arms = r["manifest"]["arms"]
+    assert set(arms) == {"baseline", "candidate"} and arms["candidate"]["version"] == r["manifest"]["engine_version"]
+    assert arms["candidate"]["config"], "vllm:cache_config_info, as the candidate's engine reports it"
     from advisor.store import open_store
 
     with open_store(os.environ["ADVISOR_DB_URL"]) as store:

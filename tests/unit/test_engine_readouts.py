@@ -41,6 +41,32 @@ def test_a_block_between_two_captures_reads_the_engines_signals_and_counts_its_r
     assert set(engine_readouts.ALWAYS) | set(WATCH) == set(r.signals)
 
 
+def test_gauges_come_from_the_scrapes_taken_while_the_load_ran():
+    """Idle before the block, scrapes with two requests running, idle after it: the block ran two at
+    a time (with the idle brackets the average would be lower); its counters span the brackets."""
+    import threading
+    import time
+
+    bracket = iter(["metrics-idle-cold", "metrics-idle-after-load"])
+    during = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        # The caller's thread takes the brackets (start and stop); the watch's own thread the rest.
+        if threading.current_thread() is threading.main_thread():
+            return httpx.Response(200, text=text(next(bracket)))
+        during.append(1)
+        return httpx.Response(200, text=text("metrics-queueing-t1"))
+
+    w = engine_readouts.BlockWatch("http://engine.test", "vllm", "tiny-llama", WATCH, every_s=0.02,
+                                   transport=httpx.MockTransport(handler))
+    deadline = time.monotonic() + 10
+    while len(during) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    r = w.readout(60)
+    assert r.signals["requests_running_avg"] == pytest.approx(2.0)
+    assert r.requests_counted == 60 and r.outside_requests == 0
+
+
 def test_requests_the_advisor_did_not_send_are_outside_traffic():
     r = watch_block(["metrics-queueing-t0", "metrics-queueing-t1"], sent=10)
     assert r.requests_counted == 34 and r.outside_requests == 24
