@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-
 INTERPOLATED = "interpolated from histogram buckets"
 
 

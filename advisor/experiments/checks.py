@@ -42,8 +42,13 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
     except AdvisorError as e:  # the diagnosis is kept: plan from the stated default instead
         say(f"{e}; planning from the conservative default")
         cal = None
+    changed = _endpoint_changes(dep, say)
     done = 0
     for check in diag.checks:
+        if changed is not None and check.mechanism not in changed:
+            check.verdict = CheckSkip(skipped=f"the endpoints' candidate changes {', '.join(sorted(changed))}, "
+                                              f"not {check.mechanism}")
+            continue
         if done >= n:
             check.verdict = CheckSkip(skipped=f"--experiment {n} runs only the top {n} testable check{'s' if n != 1 else ''}")
             continue
@@ -70,3 +75,21 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
             continue
         check.verdict = CheckVerdict.of(result)
         done += 1
+
+
+def _endpoint_changes(dep, say) -> set[str] | None:
+    """With the endpoints launcher the candidate is what it is: the knobs its revealed configuration
+    changes, so that only those checks run. None where it cannot be told (the local launcher makes
+    each check's own candidate; an engine that reveals nothing, or no revealed difference)."""
+    if dep.launcher != "endpoints":
+        return None
+    from advisor.experiments import arm_check
+    from advisor.experiments.engine_state import observe_url
+
+    base, cand = (observe_url(u, dep.engine, dep.model) for u in (dep.endpoints.baseline, dep.endpoints.candidate))
+    if base.problem or cand.problem:
+        return None
+    changed = arm_check.changed_mechanisms(base, cand)
+    if changed:
+        say(f"the endpoints' candidate changes {', '.join(sorted(changed))}: only that check is run")
+    return changed or None

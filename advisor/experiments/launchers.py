@@ -114,15 +114,19 @@ class Launcher(Protocol):
     def restore(self) -> str | None: ...
     def preflight(self) -> None: ...
     def found_state(self) -> dict: ...
+    notes: list[str]  # what the launcher could not confirm about the arms, for the report
 
 
 class EndpointsLauncher:
-    """Both arms already serve: nothing to start, stop or restore; only health is checked."""
+    """Both arms already serve: nothing to start, stop or restore; only health is checked, and
+    before anything is sent, that the arms differ in the named knob only (arm_check.py)."""
 
     starts = 0
 
-    def __init__(self, dep: Deployment):
-        self.spec = dep.endpoints
+    def __init__(self, dep: Deployment, mechanism: str | None = None, aa: bool = False):
+        self.dep, self.spec = dep, dep.endpoints
+        self.mechanism, self.aa = mechanism, aa
+        self.notes: list[str] = []
 
     def url(self, arm: str) -> str:
         return (self.spec.baseline if arm == "baseline" else self.spec.candidate).rstrip("/")
@@ -139,7 +143,15 @@ class EndpointsLauncher:
         pass
 
     def preflight(self) -> None:
-        pass
+        if self.mechanism is None and not self.aa:
+            return
+        from advisor.experiments import arm_check
+        from advisor.experiments.engine_state import observe_url
+
+        base, cand = (observe_url(self.url(arm), self.dep.engine, self.dep.model) for arm in ("baseline", "candidate"))
+        note = arm_check.check(base, cand, self.mechanism or "aa", aa=self.aa)
+        if note:
+            self.notes.append(note)
 
     def found_state(self) -> dict:
         return {"found_serving": healthy(self.url("baseline"), self.spec.health_path)}
@@ -171,6 +183,7 @@ class LocalLauncher:
         self.found_stopped = False
         self.started: dict[str, ProcessRecord] = {}
         self.starts = 0
+        self.notes: list[str] = []
 
     def port(self, arm: str) -> int:
         return self.spec.candidate_port if arm == "candidate" and self.spec.arms == "parallel" else self.spec.port

@@ -262,7 +262,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
         metrics=metrics, looks=looks, stop_reason=stop_reason,
         blocks=blocks, aborted=aborted, baseline_restored=restored, restore_note=note,
         fails_means=design.fails_means, server=server_rows, arms=arms,
-        server_notes=engine_readouts.notes(blocks, server_rows, verdict),
+        server_notes=[*launcher.notes, *engine_readouts.notes(blocks, server_rows, verdict)],
         quality=quality.compare(outputs["baseline"], outputs["candidate"]) if len(outputs) == 2 else None)
     result._by_block = judged
     if interrupted:

@@ -220,5 +220,5 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
 
 def launcher_for(d: Design, journal: Journal, log_dir: Path):
     if d.deployment.launcher == "endpoints":
-        return EndpointsLauncher(d.deployment)
+        return EndpointsLauncher(d.deployment, d.mechanism, aa=d.aa)
     return LocalLauncher(d.deployment, d.candidate_args, d.candidate_env, journal, d.id, log_dir)
