@@ -104,6 +104,16 @@ class ReadoutNoise(BaseModel):
     blocks: int
 
 
+class BucketResult(BaseModel):
+    """One workload bucket's readouts, each judged on that bucket's requests of every valid block:
+    prefill (TTFT) and decode (TPOT) told apart per prompt x output length. Exploratory: at the
+    experiment's level, without a correction for the number of buckets."""
+
+    bucket: str
+    requests: tuple[int, int] = Field(description="(baseline, candidate) requests of this bucket judged")
+    metrics: list[MetricResult] = []
+
+
 class ExperimentResult(BaseModel):
     id: str
     deployment: str
@@ -125,6 +135,7 @@ class ExperimentResult(BaseModel):
     baseline_restored: bool | None = None
     restore_note: str | None = None
     fails_means: str | None = None
+    buckets: list[BucketResult] = Field(default=[], description="per workload bucket, when it has more than one")
     server: list[ServerRow] = Field(default=[], description="server readouts per arm (median over its blocks)")
     arms: dict[str, dict] = Field(default={}, description="what each arm's engine said it is (/version, "
                                   "/v1/models, its config info metrics), read at its first block")

@@ -33,7 +33,7 @@ from advisor.experiments import engine_readouts, quality, readouts, stats
 from advisor.experiments.design import Design
 from advisor.experiments.journal import Journal
 from advisor.experiments.launchers import Launcher, LaunchError
-from advisor.experiments.result import BlockRecord, ExperimentResult, Look
+from advisor.experiments.result import BlockRecord, BucketResult, ExperimentResult, Look
 from advisor.loadgen.loop import run_load
 from advisor.loadgen.metrics import summarize
 from advisor.loadgen.record import RequestRecord
@@ -98,6 +98,30 @@ def judge(design: Design, by_block: dict[tuple[str, int], list[RequestRecord]], 
         return [primary]
     secondary = [one(m, s) for m, s in design.secondary if (m, s) != tuple(design.primary)]
     return stats.judge(primary, secondary, alpha=alpha)
+
+
+BUCKET_READOUTS = (("ttft", "p50"), ("tpot", "p50"))
+
+
+def per_bucket(by_block: dict[tuple[str, int], list[RequestRecord]], alpha: float) -> list[BucketResult]:
+    """TTFT and TPOT medians per workload bucket (a workload of one bucket has none to tell apart)."""
+    names = list(dict.fromkeys(r.bucket for recs in by_block.values() for r in recs))
+    if len(names) < 2:
+        return []
+    out = []
+    for name in names:
+        mine = {k: [r for r in recs if r.bucket == name] for k, recs in by_block.items()}
+        counts = tuple(sum(len(v) for (a, _), v in mine.items() if a == arm) for arm in ("baseline", "candidate"))
+        metrics = []
+        for metric, statistic in BUCKET_READOUTS:
+            def blocks(arm: str) -> list[list[float | None]]:
+                return [readouts.block_samples(recs, metric, statistic) for (a, _), recs in sorted(mine.items())
+                        if a == arm]
+            metrics.append(stats.compare(metric, blocks("baseline"), blocks("candidate"), statistic=statistic,
+                                         lower_is_better=True, alpha=alpha,
+                                         seed=zlib.crc32(f"{name}{metric}".encode()) & 0xFFFF))
+        out.append(BucketResult(bucket=name, requests=counts, metrics=metrics))
+    return out
 
 
 def _valid(by_block: dict[tuple[str, int], list[RequestRecord]], blocks: list[BlockRecord]):
@@ -262,6 +286,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
         metrics=metrics, looks=looks, stop_reason=stop_reason,
         blocks=blocks, aborted=aborted, baseline_restored=restored, restore_note=note,
         fails_means=design.fails_means, server=server_rows, arms=arms,
+        buckets=per_bucket(judged, level) if judged else [],
         server_notes=[*launcher.notes, *engine_readouts.notes(blocks, server_rows, verdict)],
         quality=quality.compare(outputs["baseline"], outputs["candidate"]) if len(outputs) == 2 else None)
     result._by_block = judged

@@ -60,6 +60,14 @@ def render(r, console: Console) -> None:
                   _e(k.ttft_p50), _e(k.tpot_p50), _e(k.e2e_p95), _e(k.outside),
                   "valid" if k.valid else f"[red]behind, not judged[/] [dim]{_e(k.why_invalid or '')}[/]")
     console.print(b)
+    if x.buckets:
+        k = Table(show_edge=False, title="per bucket: candidate/baseline of the medians, CI, verdict (exploratory: "
+                  "not corrected for the number of buckets)", title_justify="left")
+        for c in ("bucket", "requests", "TTFT p50 (prefill)", "TPOT p50 (decode)"):
+            k.add_column(c)
+        for row in x.buckets:
+            k.add_row(_e(row.bucket), row.requests, _e(row.ttft), _e(row.tpot))
+        console.print(k)
     if x.server:
         s = Table(show_edge=False, title="server readouts per arm (the engines' own /metrics, median of the "
                   "valid blocks; * the knob's watched signals)", title_justify="left")

@@ -82,6 +82,14 @@ class ServerRowView:
 
 
 @dataclass
+class BucketRow:
+    bucket: str
+    requests: str  # "baseline / candidate"
+    ttft: str  # "0.52 [0.40, 0.61] improved"
+    tpot: str
+
+
+@dataclass
 class NoiseRow:
     readout: str
     block_sd: str
@@ -124,6 +132,7 @@ class ExperimentView:
     quality: str | None = None
     calibration: list[NoiseRow] = field(default_factory=list)
     manifest_line: str | None = None  # the manifest in one line, for the terminal
+    buckets: list[BucketRow] = field(default_factory=list)
 
 
 def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
@@ -155,6 +164,19 @@ def _server_rows(r: ExperimentResult) -> list[ServerRowView]:
 
     return [ServerRowView(x.signal, fmt(x.baseline), fmt(x.candidate), change(x.baseline, x.candidate), x.watched)
             for x in r.server]
+
+
+def _bucket_rows(r: ExperimentResult) -> list[BucketRow]:
+    def cell(m: MetricResult | None) -> str:
+        if m is None:
+            return "-"
+        return f"{ratio_text(m.ratio)} {ci_text(m.ci)} {m.verdict}".replace("- - ", "")
+
+    rows = []
+    for b in r.buckets:
+        by = {m.metric: m for m in b.metrics}
+        rows.append(BucketRow(b.bucket, f"{b.requests[0]} / {b.requests[1]}", cell(by.get("ttft")), cell(by.get("tpot"))))
+    return rows
 
 
 def _manifest_line(m: dict) -> str | None:
@@ -213,7 +235,7 @@ def experiment_view(result: ExperimentResult | None, *, key: str = "", deploymen
                  f"agreement ({r.quality.note})") if r.quality else None,
         calibration=[NoiseRow(f"{n.metric} {n.statistic}", f"{n.block_sd:.3f}", f"{n.sampling_sd:.3f}",
                               f"{n.drift_sd:.3f}", n.blocks) for n in r.calibration or []],
-        manifest_line=_manifest_line(r.manifest))
+        manifest_line=_manifest_line(r.manifest), buckets=_bucket_rows(r))
 
 
 @dataclass
