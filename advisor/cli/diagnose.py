@@ -51,7 +51,9 @@ def diagnose(
 ) -> None:
     """Recognise the deployment's symptoms and rank the checks the optimisation map prescribes.
 
-    Exit codes: 0 healthy, 1 symptoms found, 2 could not diagnose (unreachable, no data, bad input).
+    Exit codes: 0 healthy (every SLO holds; warnings of a signal near its SLO, at 80 % by default, leave
+    it healthy: "healthy, with N warnings", also in JSON as summary and warnings), 1 symptoms found,
+    2 could not diagnose (unreachable, no data, bad input).
     """
     from advisor.diagnosis import diagnose as run_diagnosis
     from advisor.diagnosis import load_overrides, load_rules, load_slo, per_replica_signals
@@ -94,7 +96,8 @@ def diagnose(
 
                     document = stored_diagnosis(store, run_id, "html")
         if output is ReportFormat.json:
-            document = escape.json_text({"healthy": result.healthy, "top_severity": result.top_severity,
+            document = escape.json_text({"healthy": result.healthy, "summary": result.summary,
+                                         "warnings": result.warnings, "top_severity": result.top_severity,
                                          **result.model_dump(mode="json")})
         elif output in (ReportFormat.markdown, ReportFormat.html) and document is None:
             from advisor.reports.documents import diagnosis_document

@@ -87,13 +87,28 @@ def _strength(expr: Expr, lo_hi: tuple[float, float], ctx: Context) -> tuple[flo
     return max(0.0, min(1.0, (v.value - lo) / (hi - lo))), v
 
 
+def warning(rule: Rule, ctx: Context) -> Outcome | None:
+    """Near the SLO with the rule's mechanism dominating: the evidence of both, or None. A warning
+    that cannot be told (a value missing) is no warning: only the breach says 'not evaluated'."""
+    if rule.warning_when is None or rule.warning_dominates is None:
+        return None
+    near, dominates = check_cond(rule.warning_when, ctx), check_cond(rule.warning_dominates, ctx)
+    if near.holds and dominates.holds:
+        return Outcome(True, near.evidence + dominates.evidence, [])
+    return None
+
+
 def evaluate_rule(rule: Rule, ctx: Context) -> Finding | NotEvaluated | None:
     out = check_cond(rule.when, ctx)
     if out.holds is None:
         return NotEvaluated(rule_id=rule.id, reason="; ".join(dict.fromkeys(out.missing)))
     if not out.holds:
-        return None
-    level, sev_value = severity(rule, ctx)
+        out = warning(rule, ctx)
+        if out is None:
+            return None
+        level, sev_value = "warning", severity(rule, ctx)[1]
+    else:
+        level, sev_value = severity(rule, ctx)
     checks = []
     for spec in rule.checks:
         strength, v = _strength(spec.evidence, spec.strength, ctx)

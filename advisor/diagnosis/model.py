@@ -10,8 +10,10 @@ from pydantic import BaseModel, Field
 from advisor.experiments.result import CheckSkip, CheckVerdict
 from probes import EngineInfo
 
-Severity = Literal["none", "low", "moderate", "severe", "critical"]
-SEVERITY_ORDER: dict[str, int] = {"none": 0, "low": 1, "moderate": 2, "severe": 3, "critical": 4}
+# "warning": the signal is near its SLO (at the rule's headroom, 80 % by default) and the mechanism
+# the rule names already dominates; the SLO still holds. Below every breach.
+Severity = Literal["none", "warning", "low", "moderate", "severe", "critical"]
+SEVERITY_ORDER: dict[str, int] = {"none": 0, "warning": 1, "low": 2, "moderate": 3, "severe": 4, "critical": 5}
 Stage = Literal["supply_demand", "scheduling_memory", "compute_path"]
 
 
@@ -82,7 +84,22 @@ class Diagnosis(BaseModel):
 
     @property
     def healthy(self) -> bool:
-        return not self.findings
+        """Every SLO holds: no finding, or warnings only."""
+        return all(f.severity == "warning" for f in self.findings)
+
+    @property
+    def warnings(self) -> int:
+        return sum(f.severity == "warning" for f in self.findings)
+
+    @property
+    def summary(self) -> str:
+        """One line a script can read: "healthy", "healthy, with 2 warnings", or the symptoms."""
+        w = self.warnings
+        warned = f", with {w} warning{'s' if w != 1 else ''}" if w else ""
+        if self.healthy:
+            return "healthy" + warned
+        n = len(self.findings) - w
+        return f"{n} symptom{'s' if n != 1 else ''}, worst {self.top_severity}" + warned
 
     @property
     def checks(self) -> list[Check]:

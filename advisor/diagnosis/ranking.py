@@ -31,6 +31,7 @@ def queue_pressure(snap: Snapshot) -> str | None:
 def rank(diag: Diagnosis, snap: Snapshot) -> None:
     pressure = queue_pressure(snap)
     checks: list[Check] = []
+    warned: set[int] = set()
     for f in diag.findings:
         sev = 1.0 + SEVERITY_ORDER[f.severity] / 4
         for c in f.checks:
@@ -48,6 +49,9 @@ def rank(diag: Diagnosis, snap: Snapshot) -> None:
                            "quantization or speculative schemes")
             c.reason = "; ".join(why)
             checks.append(c)
-    checks.sort(key=lambda c: (c.held_back, c.already is not None, -c.score))
+            if f.severity == "warning":
+                warned.add(id(c))
+    # A breach outranks a warning whatever the scores: fix what is broken before what is near.
+    checks.sort(key=lambda c: (c.held_back, c.already is not None, id(c) in warned, -c.score))
     for i, c in enumerate(checks, 1):
         c.rank = i

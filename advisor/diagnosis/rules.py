@@ -24,7 +24,7 @@ from probes import signal_defs
 OPS = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
        "<=": lambda a, b: a <= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
 STAGES = ("supply_demand", "scheduling_memory", "compute_path")
-LEVELS = [s for s in SEVERITY_ORDER if s != "none"]
+LEVELS = [s for s in SEVERITY_ORDER if s not in ("none", "warning")]  # graded by severity thresholds
 
 
 class RuleError(AdvisorError, ValueError):
@@ -70,10 +70,15 @@ class Rule:
     path: Path
     enabled: bool = True
     evidence_signals: set[str] = field(default_factory=set)
+    # Headroom: near the SLO (warning_when) while the rule's mechanism dominates (warning_dominates),
+    # a finding of severity "warning" before the breach.
+    warning_when: Cond | None = None
+    warning_dominates: Cond | None = None
 
     def exprs(self) -> list[Expr]:
-        """Every expression the rule evaluates: its condition, severity and check evidence."""
-        out, conds = [self.severity_value, *(c.evidence for c in self.checks)], [self.when]
+        """Every expression the rule evaluates: its conditions, severity and check evidence."""
+        out = [self.severity_value, *(c.evidence for c in self.checks)]
+        conds = [c for c in (self.when, self.warning_when, self.warning_dominates) if c is not None]
         while conds:
             c = conds.pop()
             conds += c.children
@@ -229,6 +234,17 @@ def parse_rule(raw: Any, path: Path, override: dict | None = None) -> Rule:
                   for i, c in enumerate(_need(raw, "checks", where, list))]
         if not checks:
             raise RuleSyntaxError(f"{where}.checks: a rule needs at least one check")
+        warning = raw.get("warning")
+        if warning is not None:
+            if not isinstance(warning, dict) or set(warning) != {"when", "dominates"}:
+                raise RuleSyntaxError(f"{where}.warning: expected a mapping with when (near the SLO) and "
+                                      "dominates (the rule's mechanism dominates)")
+            docs_raw = raw.get("docs") if isinstance(raw.get("docs"), dict) else {}
+            if not docs_raw.get("warning"):
+                raise RuleSyntaxError(f"{where}.docs.warning: a rule with a warning documents when it warns")
+            if "headroom" not in params:
+                raise RuleSyntaxError(f"{where}.params: a rule with a warning needs a headroom parameter (0.8: "
+                                      "warn at 80 % of the SLO)")
         rule = Rule(
             id=_need(raw, "id", where), name=_need(raw, "name", where), symptom=_need(raw, "symptom", where),
             layer=_need(raw, "layer", where), map_row=_need(raw, "map_row", where), params=params,
@@ -236,7 +252,10 @@ def parse_rule(raw: Any, path: Path, override: dict | None = None) -> Rule:
             severity_value=parse_expr(_need(sev, "value", f"{where}.severity", (dict, int, float)),
                                       f"{where}.severity.value", params, slos),
             thresholds={k: float(v) for k, v in thresholds.items()}, checks=checks, docs=docs, path=path,
-            enabled=override.get("enabled", True))
+            enabled=override.get("enabled", True),
+            warning_when=_cond(warning["when"], f"{where}.warning.when", params, slos) if warning else None,
+            warning_dominates=(_cond(warning["dominates"], f"{where}.warning.dominates", params, slos)
+                               if warning else None))
     except RuleSyntaxError as e:
         msg = str(e)
         if msg.startswith(where + "."):

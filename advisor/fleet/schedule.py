@@ -127,7 +127,7 @@ class Scheduler:
 
         saved = diagnose(w, self.store)
         d = saved.diagnosis
-        return f"diagnosis {saved.id}: " + ("healthy" if d.healthy else f"{len(d.findings)} symptoms, worst {d.top_severity}")
+        return f"diagnosis {saved.id}: " + d.summary
 
     def _weekly(self, fire: datetime) -> str:
         from advisor.fleet.weekly import render, weekly_view

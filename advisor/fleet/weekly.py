@@ -165,7 +165,7 @@ def _experiments(week: DeploymentWeek, w: WatchedDeployment, store, start: datet
     week.experiments = [{"id": e.id, "key": e.key, "mechanism": e.mechanism, "value": e.value, "status": e.status,
                          "verdict": e.verdict or "-", "ratio": views.ratio_text(e.ratio)} for e in found]
     last = store.list_diagnoses(deployment=w.name, limit=1)
-    if not last or last[0].healthy:
+    if not last or not last[0].findings_count:  # healthy with warnings still names what to change next
         return
     d = store.get_diagnosis(last[0].id)
     top = next((c for c in d.checks if not c.held_back and not c.already), None)

@@ -14,7 +14,7 @@ from advisor.diagnosis import Diagnosis
 from advisor.escape import markup as _e
 from advisor.reports.views import diagnosis_view
 
-COLOR = {"low": "cyan", "moderate": "yellow", "severe": "red", "critical": "bold red"}
+COLOR = {"warning": "magenta", "low": "cyan", "moderate": "yellow", "severe": "red", "critical": "bold red"}
 
 
 def render(d: Diagnosis, console: Console) -> None:
@@ -22,8 +22,11 @@ def render(d: Diagnosis, console: Console) -> None:
     console.print(f"[bold]{_e(v.target)}[/] via {_e(v.via)}, window {_e(v.window.replace(' ', ''))}, "
                   f"{_e(v.engine)} {_e(', '.join(v.models))}".rstrip(), highlight=False)
     console.print(f"[dim]SLOs: {_e(v.slo)}[/]", highlight=False)
-    if v.healthy:
+    if not v.findings:
         console.print("[green bold]Healthy:[/] no rule fired.")
+    elif v.healthy:
+        console.print(f"[green bold]{_e(v.status_line.capitalize())}[/]: every SLO holds, but a signal is near its "
+                      "SLO while the mechanism behind it dominates.", highlight=False)
     for f in v.findings:
         console.print(f"\n[{COLOR.get(f.severity, 'white')}]{_e(f.severity.upper())}[/] [bold]{_e(f.rule_id)} "
                       f"{_e(f.symptom)}[/]  [dim]layer: {_e(f.layer)}[/]")
@@ -31,7 +34,7 @@ def render(d: Diagnosis, console: Console) -> None:
             console.print(f"  • {_e(ev.text)}", highlight=False)
             if ev.source:
                 console.print(f"    [dim]{_e(ev.source)}[/]", highlight=False)
-    if not v.healthy:
+    if v.findings:
         t = Table(title="\nChecks, in the order to make them", show_edge=False, title_justify="left")
         for col in ("#", "check", "mechanism", "score", "why this rank"):
             t.add_column(col, overflow="fold")

@@ -373,9 +373,7 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
                                      stop_reason=v.stop_reason, baseline_restored=v.baseline_restored,
                                      fails_means=v.fails_means, manifest=v.manifest)
                 experiments.append(experiment_view(r, charts_on=charts_on))
-    n = len(d.findings)
-    status = "healthy: no rule fired" if d.healthy else (
-        f"{n} symptom{'s' if n != 1 else ''}, worst {d.top_severity}")
+    status = "healthy: no rule fired" if not d.findings else d.summary
     return DiagnosisView(
         title=f"Diagnosis of {d.target}", target=d.target, via=d.via,
         engine=" ".join(x for x in (e.kind or "unknown engine", e.version or "") if x), model=d.model,

@@ -67,8 +67,8 @@ async def run_diagnosis(w: Watched, ctx: Ctx, _: Actor) -> dict:
 
     saved = await run_in_threadpool(diagnose, w, ctx.store)
     d = saved.diagnosis
-    return {"id": saved.id, "url": f"/diagnoses/{saved.id}", "healthy": d.healthy, "top_severity": d.top_severity,
-            "findings": len(d.findings), "checks": [c.title for c in d.checks]}
+    return {"id": saved.id, "url": f"/diagnoses/{saved.id}", "healthy": d.healthy, "summary": d.summary,
+            "top_severity": d.top_severity, "findings": len(d.findings), "checks": [c.title for c in d.checks]}
 
 
 @router.get("/deployments/{name}/experiments")
@@ -125,7 +125,7 @@ def get_diagnosis(diagnosis_id: int, ctx: Ctx, _: Reader) -> SafeJSON:
     summary = ctx.store.get_diagnosis_summary(diagnosis_id)
     _allowed(ctx, summary.deployment)
     return SafeJSON({"id": diagnosis_id, "deployment": summary.deployment,
-                         "healthy": d.healthy, "top_severity": d.top_severity, **json.loads(d.model_dump_json())})
+                         "healthy": d.healthy, "summary": d.summary, "top_severity": d.top_severity, **json.loads(d.model_dump_json())})
 
 
 @router.get("/experiments/{experiment_id}")

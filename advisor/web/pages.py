@@ -38,7 +38,7 @@ def fleet(ctx: Ctx, _: Reader) -> HTMLResponse:
         latest = ctx.store.list_diagnoses(deployment=w.name, limit=1)  # may be older than the week
         last = latest[0] if latest else None
         top = None
-        if last and not last.healthy:
+        if last and last.findings_count:  # a breach, or warnings before one
             d = ctx.store.get_diagnosis(last.id)
             top = max(d.findings, key=lambda f: SEVERITY_ORDER.get(f.severity, 0), default=None)
         spark = [s.ttft_p95 for s in reversed(history)]

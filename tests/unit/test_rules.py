@@ -51,13 +51,19 @@ def test_rule_case(rule_id, case):
         rule = parse_rule(yaml.safe_load(rule.path.read_text()), rule.path, case["overrides"])
     result = diagnose(snapshot_for(case), [rule], SLO(**case.get("slo", {})))
     expect = case["expect"]
-    finding = next((f for f in result.findings if f.rule_id == rule_id), None)
+    mine = [f for f in result.findings if f.rule_id == rule_id]
+    finding = next((f for f in mine if f.severity != "warning"), None)
+    warned = next((f for f in mine if f.severity == "warning"), None)
     skipped = next((n for n in result.not_evaluated if n.rule_id == rule_id), None)
     if expect["fires"] == "unknown":
-        assert finding is None and skipped is not None, "expected 'not evaluated'"
+        assert finding is None and warned is None and skipped is not None, "expected 'not evaluated'"
         assert skipped.reason
         return
     assert (finding is not None) == expect["fires"], skipped.reason if skipped else "fired" if finding else "did not fire"
+    # A case that says nothing of warnings expects none (a breach is never also a warning).
+    assert (warned is not None) == expect.get("warns", False), "warned" if warned else "did not warn"
+    assert result.healthy == (finding is None), "warnings alone leave the diagnosis healthy"
+    finding = finding or warned
     if not finding:
         return
     assert finding.evidence and all(e.text for e in finding.evidence)
@@ -92,6 +98,12 @@ def test_every_rule_is_documented_and_has_cases():
             problems.append(f"{rid}: needs cases that fire, that don't, and a boundary case")
         if not any("top_check" in c["expect"] for c in fires):
             problems.append(f"{rid}: no case asserts the top-ranked check")
+        if rule.warning_when is not None:
+            warns = [c for c in cases if c["expect"].get("warns")]
+            edge = [c for c in cases if c["name"].startswith("boundary") and "warn" in c["name"]]
+            if not warns or not edge or not any("top_check" in c["expect"] for c in warns):
+                problems.append(f"{rid}: has a warning level: needs cases that warn (one asserting the top "
+                                "check) and a boundary case of the warning level")
     assert not problems, "\n".join(problems)
 
 
@@ -105,3 +117,20 @@ def test_every_map_symptom_row_is_covered():
             "memory full first, GPU not busy", "multi-GPU scaling not linear"]
     for row in rows:
         assert any(r.map_row.startswith(row) for r in RULES.values()), row
+
+
+def test_a_breach_outranks_a_warning_and_warnings_alone_are_healthy():
+    """TTFT near its SLO with a queue (ADV001 warns) while errors break theirs (ADV006 fires): the
+    breach's checks come first whatever the scores; without the breach the diagnosis is healthy."""
+    signals = {"ttft_p95": 0.95, "tpot_p95": 0.02, "queue_time_mean": 0.9, "ttft_mean": 0.92,
+               "requests_waiting_avg": 8, "error_rate": 0.012, "kv_cache_usage_max": 0.2}
+    rules = [RULES["ADV001"], RULES["ADV006"]]
+    both = diagnose(snapshot_for({"signals": signals}), rules, SLO())
+    assert {(f.rule_id, f.severity) for f in both.findings} == {("ADV001", "warning"), ("ADV006", "low")}
+    assert not both.healthy and both.summary == "1 symptom, worst low, with 1 warning"
+    ranked = both.checks
+    assert ranked[0].rule_id == "ADV006"
+    assert all(c.rule_id == "ADV006" for c in ranked[:len(RULES["ADV006"].checks)])
+    warned = diagnose(snapshot_for({"signals": {**signals, "error_rate": 0.001}}), rules, SLO())
+    assert warned.healthy and warned.warnings == 1 and warned.summary == "healthy, with 1 warning"
+    assert warned.top_severity == "warning" and warned.checks[0].id == "queueing"
