@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection
 
 from probes import _replicas
-from probes._primitives import from_operands, why_empty
+from probes._primitives import from_operands, quantile_buckets, why_empty
 from probes.catalog import Dialect, SignalDef, signal_unit, signals_for
 from probes.exposition import Labels, Scrape, listed, series_text
 from probes.snapshot import Replica, Signal
@@ -156,6 +156,7 @@ def compute(dialect: Dialect, scrapes: list[Scrape], model: str | None = None,
     results: dict[Group, dict[str, Signal]] = defaultdict(dict)
     groups: set[Group] = set()
     raw: dict[str, dict[Group, tuple[float, str, str | None]]] = {}
+    buckets: dict[str, dict[Group, tuple[float, float]]] = {}
 
     def resolve(key: str) -> str | None:
         return dialect.resolve(key, available)
@@ -167,7 +168,7 @@ def compute(dialect: Dialect, scrapes: list[Scrape], model: str | None = None,
             wanted = " / ".join(dialect.metrics[m].names[0] for m in missing)
             raw[name] = {(): (math.nan, f"not exposed by the target ({wanted})", None)}
             continue
-        vals = _evaluate(view, sdef, names, scrapes, first, last, window)
+        vals, buckets[name] = _evaluate(view, sdef, names, scrapes, first, last, window)
         raw[name] = vals
         groups.update(vals)
 
@@ -178,7 +179,8 @@ def compute(dialect: Dialect, scrapes: list[Scrape], model: str | None = None,
             v, why, note = raw[name].get(g, raw[name].get((), (math.nan, None, None)))
             ok = math.isfinite(v)
             results[g][name] = Signal(name=name, value=v if ok else None, unit=unit, window_s=window,
-                                      source=source, missing=None if ok else (why or why_empty(sdef.op)), note=note)
+                                      source=source, missing=None if ok else (why or why_empty(sdef.op)), note=note,
+                                      bucket=buckets.get(name, {}).get(g) if ok else None)
     return dict(results)
 
 
@@ -188,9 +190,10 @@ def _source(sdef: SignalDef, dialect: Dialect, resolve) -> str:
     return f"/metrics delta: {sdef.op}{q} of {ops}"
 
 
-def _evaluate(view, sdef: SignalDef, names, scrapes, first, last, window) -> dict[Group, tuple[float, str | None, str | None]]:
+def _evaluate(view, sdef: SignalDef, names, scrapes, first, last,
+              window) -> tuple[dict[Group, tuple[float, str | None, str | None]], dict[Group, tuple[float, float]]]:
     """The signal's operands from the deltas (or the gauge samples), combined as the Prometheus
-    probe combines its rows."""
+    probe combines its rows; and, for a quantile, the bucket each group's value lies in."""
     key = sdef.metric
     if sdef.op == "quantile":
         operands = [_hist_reset_aware(view, key, names[0], scrapes)]
@@ -217,7 +220,8 @@ def _evaluate(view, sdef: SignalDef, names, scrapes, first, last, window) -> dic
         operands = [{g: _mean(xs) for g, xs in used.items()}, {g: _mean(xs) for g, xs in other.items()}]
     else:
         raise AssertionError(sdef.op)
-    return {g: (v, None, note) for g, (v, note) in from_operands(sdef, operands).items()}
+    return ({g: (v, None, note) for g, (v, note) in from_operands(sdef, operands).items()},
+            quantile_buckets(sdef, operands))
 
 
 def _mean(xs: list[float]) -> float:

@@ -13,7 +13,7 @@ from functools import cached_property
 from probes._promql import SignalPlan
 from probes.catalog import SignalDef
 from probes.errors import ProbeError
-from probes.exposition import bucket_quantile, listed
+from probes.exposition import bucket_bounds, bucket_quantile, listed
 from probes.snapshot import INTERPOLATED
 
 Group = tuple[tuple[str, str], ...]
@@ -122,6 +122,19 @@ def compute(plan: SignalPlan, answers: list[Answer]) -> dict[Group, tuple[float,
     A group absent from the result had no series; NaN means series without data (no traffic)."""
     quantile = plan.sdef.op == "quantile"
     return from_operands(plan.sdef, [a.buckets if quantile else a.values for a in answers])
+
+
+def quantile_buckets(sdef: SignalDef, operands: list[dict]) -> dict[Group, tuple[float, float]]:
+    """For a quantile signal, the histogram bucket each group's value was interpolated in: a value
+    compared with a threshold inside that bucket could lie on either side of it."""
+    if sdef.op != "quantile":
+        return {}
+    out = {}
+    for g, b in operands[0].items():
+        bounds = bucket_bounds(sdef.q, b)
+        if bounds is not None:
+            out[g] = bounds
+    return out
 
 
 def from_operands(sdef: SignalDef, operands: list[dict]) -> dict[Group, tuple[float, str | None]]:

@@ -135,6 +135,25 @@ def _same(a: float, b: float) -> bool:
     return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
 
 
+def bucket_bounds(q: float, buckets: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """The finite (lower, upper) bounds of the bucket that bucket_quantile interpolates q in; None
+    when there are no observations or the rank falls in the +Inf bucket."""
+    buckets = sorted((le, c) for le, c in buckets if not math.isnan(le))
+    if len(buckets) < 2 or not math.isinf(buckets[-1][0]):
+        return None
+    running, fixed = 0.0, []
+    for le, c in buckets:
+        running = max(running, c)
+        fixed.append((le, running))
+    total = fixed[-1][1]
+    if not 0 < total < math.inf:
+        return None
+    b = next((i for i, (_, c) in enumerate(fixed) if c >= q * total), None)
+    if b is None or b == len(fixed) - 1:
+        return None
+    return (0.0 if b == 0 else fixed[b - 1][0]), fixed[b][0]
+
+
 def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> tuple[float, str | None]:
     """Prometheus' histogram_quantile over cumulative (le, count) pairs.
 

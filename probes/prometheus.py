@@ -255,10 +255,12 @@ def _combined(client: _Client, prims: list[Primitive], at: datetime | None) -> t
     return out, notes
 
 
-def _signal(plan: SignalPlan, v: float, window_s: float, note: str | None) -> Signal:
+def _signal(plan: SignalPlan, v: float, window_s: float, note: str | None,
+            bucket: tuple[float, float] | None = None) -> Signal:
     unit = signal_unit(plan.name)
     if math.isfinite(v):
-        return Signal(name=plan.name, value=v, unit=unit, window_s=window_s, source=plan.source, note=note)
+        return Signal(name=plan.name, value=v, unit=unit, window_s=window_s, source=plan.source, note=note,
+                      bucket=bucket)
     if math.isnan(v):
         why = _primitives.why_empty(plan.sdef.op)
     else:  # quantiles are always finite here (bucket_quantile); a ratio or mean over a zero denominator
@@ -274,13 +276,15 @@ def _signals(b: _Breakdown, rows: dict[Primitive, list[dict]], model: str | None
     answers = {p: _primitives.Answer(rows[p], b.by) for p in b.prims}
     for name, plan in b.plans.items():
         got = _primitives.compute(plan, [answers[p] for p in plan.prims])
+        buckets = (_primitives.quantile_buckets(plan.sdef, [answers[p].buckets for p in plan.prims])
+                   if plan.sdef.op == "quantile" else {})
         if b.by is None and () not in got:
             why = "no series in the window" + (f" for model {model!r}" if model else "")
             out.setdefault((), {})[name] = Signal(name=name, unit=signal_unit(name), window_s=window_s,
                                                   source=plan.source, missing=why)
             continue
         for g, (v, note) in got.items():
-            out.setdefault(g, {})[name] = _signal(plan, v, window_s, note)
+            out.setdefault(g, {})[name] = _signal(plan, v, window_s, note, buckets.get(g))
     return out
 
 

@@ -20,6 +20,8 @@ class Signal(BaseModel):
     source: str = Field(description="the PromQL query, metric or API call that produced the value")
     missing: str | None = Field(default=None, description="why there is no value, when there is none")
     note: str | None = Field(default=None, description="caveats, e.g. interpolated from coarse buckets")
+    bucket: tuple[float, float] | None = Field(default=None, description="a quantile: the (lower, upper) bounds "
+                                               "of the histogram bucket it was interpolated in")
 
     @field_validator("value")
     @classmethod

@@ -28,16 +28,39 @@ def _show(v: Value) -> str:
     return fmt(v.value, v.unit) if v.unit else f"{v.value:g}"
 
 
+def straddle(left: Value, right: Value | None) -> str | None:
+    """When a quantile compared with its SLO was interpolated inside a histogram bucket that holds
+    the SLO, what that means: the true quantile may lie on either side (a 2 s SLO inside vLLM's
+    1 -> 2.5 s bucket). Also for a ratio to the SLO (the warning level)."""
+    quantile = next((v for v in (left, *left.parts) if v.bucket), None)
+    slo = next((v for v in (right, *left.parts) if v is not None and v.source == "SLO"), None)
+    if quantile is None or slo is None or not isinstance(slo.value, (int, float)):
+        return None
+    lo, hi = quantile.bucket
+    if not lo < slo.value < hi:
+        return None
+    beyond = (hi - slo.value) / (hi - lo)
+    side = ("the SLO may already be broken" if quantile.value is not None and quantile.value <= slo.value
+            else "the SLO may still hold")
+    return (f"{quantile.label} was interpolated inside the {fmt(lo, quantile.unit)} -> {fmt(hi, quantile.unit)} "
+            f"bucket, which holds the SLO ({fmt(slo.value, quantile.unit)}): {side}; {beyond:.0%} of that bucket "
+            "lies beyond the SLO")
+
+
 def _evidence(left: Value, op: str | None, right: Value | None) -> Evidence:
     threshold = None if right is None else right.value
     text = f"{left.label} = {_show(left)}"
+    note = straddle(left, right) if op else None
     if op and right is not None:
         # SLOs and parameters are written in the unit of the signal they are compared with.
         if not right.unit and right.source in ("SLO", "rule parameter") and isinstance(right.value, float):
             right = Value(right.value, unit=left.unit, label=right.label, source=right.source)
         text += f" {op} {right.label} ({_show(right)})"
+    if note:
+        text += f" ({note})"
     return Evidence(signal=left.label, value=left.value, unit=left.unit, op=op, threshold=threshold,
-                    threshold_from=None if right is None else right.label, source=left.source, text=text)
+                    threshold_from=None if right is None else right.label, source=left.source, text=text,
+                    bucket_note=note)
 
 
 def check_cond(cond: Cond, ctx: Context) -> Outcome:

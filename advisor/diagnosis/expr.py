@@ -41,6 +41,7 @@ class Value:
     label: str = ""
     source: str = ""
     parts: list["Value"] = field(default_factory=list)
+    bucket: tuple[float, float] | None = None  # a quantile: the histogram bucket it was interpolated in
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class Expr:
             s = snap.signals.get(self.arg)
             if s is None:
                 return Value(None, f"{self.arg} was not measured", label=self.arg)
-            return Value(s.value, s.missing, s.unit, self.arg, s.source)
+            return Value(s.value, s.missing, s.unit, self.arg, s.source, bucket=s.bucket)
         if self.kind == "slo":
             v = ctx.slo.get(self.arg)
             return Value(v, None if v is not None else f"no {self.arg} SLO set", "", f"SLO {self.arg}", "SLO")

@@ -28,6 +28,8 @@ class Evidence(BaseModel):
     threshold_from: str | None = Field(default=None, description="slo:NAME, param:NAME or signal:NAME")
     source: str = ""
     text: str
+    bucket_note: str | None = Field(default=None, description="the quantile lies in a histogram bucket that "
+                                    "holds its SLO: which side it is really on cannot be told")
 
 
 class Check(BaseModel):

@@ -53,3 +53,32 @@ def test_long_and_short_generations_mixed_is_a_tail_problem(local_engine, local_
     tail = next(f for f in d["findings"] if f["rule_id"] == "ADV003")
     assert min(tail["checks"], key=lambda c: c["rank"])["id"] == "isolated-pools", \
         [(c["id"], c["rank"], [e["text"] for e in c["evidence"]]) for c in tail["checks"]]
+
+
+def test_a_queue_near_the_slo_is_a_warning_with_queueing_first(local_engine, local_prometheus, background, tmp_path):
+    """The queue from above, judged against an SLO that the test sets from the TTFT p95 it measures
+    first, so that the p95 sits at 87.5 % of it: the SLO holds, the queue dominates, and the
+    advisor warns with the queueing check first and exits 0."""
+    import time
+
+    prom = local_prometheus([local_engine.target])
+    background.start(local_engine.url, requests=10_000, duration_s=30, concurrency=8, prompt_words=200, max_tokens=32)
+    assert background.join()[0].errors == 0
+    settle()
+    at = f"{time.time():.3f}"  # both diagnoses read the same window
+    slo = tmp_path / "slo.yaml"
+    loose = "tpot_p95: 10\ne2e_p99: 1000\nerror_rate: 0.5\n"  # only TTFT is judged here
+    slo.write_text("ttft_p95: 0.001\n" + loose)  # any TTFT breaches it: the finding shows the p95
+    _, first = diagnose_json(prom.url, "--at", at, "--slo", str(slo))
+    measured = next((e["value"] for f in first["findings"] if f["rule_id"] == "ADV001" for e in f["evidence"]
+                     if e["signal"] == "ttft_p95"), None)
+    assert measured, (first["findings"], first["not_evaluated"])
+    slo.write_text(f"ttft_p95: {measured / 0.875}\n" + loose)
+    code, d = diagnose_json(prom.url, "--at", at, "--slo", str(slo))
+    assert code == 0 and d["healthy"] and d["summary"] == "healthy, with 1 warning", (d["summary"], d["findings"])
+    [warning] = d["findings"]
+    assert (warning["rule_id"], warning["severity"]) == ("ADV001", "warning")
+    signals = {e["signal"] for e in warning["evidence"]}
+    assert "ttft_p95 / slo:ttft_p95" in signals and signals & {"queue_time_mean / ttft_mean", "requests_waiting_avg"}
+    top = min(warning["checks"], key=lambda c: c["rank"])
+    assert (top["id"], top["mechanism"]) == ("queueing", "max_num_seqs"), top

@@ -63,15 +63,22 @@ def _summary(diag) -> str:
     return "\n".join(lines)
 
 
-EXPECT_KEYS = {"healthy", "rule", "also", "top", "order"}
+EXPECT_KEYS = {"healthy", "rule", "also", "top", "order", "warns", "bucket_note"}
 
 
 def _judge(diag, expect: dict, absent: list[str], where: str) -> None:
+    """rule/also/absent: breaches (severity above warning); warns: the one rule that warns (none
+    when not given); bucket_note: the rule whose evidence says its quantile's bucket holds the SLO."""
     assert set(expect) <= EXPECT_KEYS, f"{where}: unknown expect keys {set(expect) - EXPECT_KEYS}"
-    fired = {f.rule_id for f in diag.findings}
+    fired = {f.rule_id for f in diag.findings if f.severity != "warning"}
+    warned = {f.rule_id for f in diag.findings if f.severity == "warning"}
     info = f"{where}\n{_summary(diag)}"
+    assert warned == ({expect["warns"]} if expect.get("warns") else set()), f"warnings: {sorted(warned)}\n{info}"
+    if expect.get("bucket_note"):
+        finding = next(f for f in diag.findings if f.rule_id == expect["bucket_note"])
+        assert any(e.bucket_note for e in finding.evidence), f"no bucket note\n{info}"
     if expect.get("healthy"):
-        assert not fired, f"expected a healthy diagnosis, got {sorted(fired)}\n{info}"
+        assert not fired and diag.healthy, f"expected a healthy diagnosis, got {sorted(fired)}\n{info}"
     wanted = [r for r in [expect.get("rule"), *expect.get("also", [])] if r]
     for rid in wanted:
         assert rid in fired, f"{rid} should fire\n{info}"
@@ -96,7 +103,7 @@ def test_scenario(path, served):
     for ev in evals:
         at = scn.end + gen.seconds(ev.get("at", 0))
         snap = probe_prometheus(prom.url, window_s=scn.window, at=_at(at))
-        diag = diagnose(snap, rules, SLO())
+        diag = diagnose(snap, rules, SLO(**(scn.raw.get("slo") or {})))
         _judge(diag, ev.get("expect") or {}, ev.get("absent") or [], f"{path.name} at end{ev.get('at') or ''}")
 
 
@@ -148,6 +155,8 @@ def test_prometheus_and_scrape_math_agree(served):
     assert {"request_rate", "ttft_p95", "tpot_p95", "e2e_p99", "queue_time_p95", "kv_cache_usage_max"} <= set(compared)
     for name in compared:
         assert got[name] == pytest.approx(scraped[name].value, rel=EXACT, abs=EXACT), name
+        assert snap.signals[name].bucket == scraped[name].bucket, f"{name}: the same bucket from both probes"
+    assert snap.signals["ttft_p95"].bucket == (0.25, 0.5)
     assert not [n for n, s in scraped.items() if (s.value is None) != (got.get(n) is None)]
 
 

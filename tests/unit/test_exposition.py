@@ -52,3 +52,13 @@ def test_quantile_without_observations_is_nan():
 def test_non_monotonic_buckets_are_repaired():
     v, _ = bucket_quantile(0.5, [(1.0, 10), (2.0, 8), (math.inf, 20)])
     assert 1.0 <= v <= 2.0
+
+
+def test_bucket_bounds_name_the_bucket_the_quantile_is_interpolated_in():
+    from probes.exposition import bucket_bounds
+
+    b = [(1.0, 80), (2.5, 100), (math.inf, 100)]
+    assert bucket_bounds(0.5, b) == (0.0, 1.0)
+    assert bucket_bounds(0.95, b) == (1.0, 2.5)
+    assert bucket_bounds(0.99, [(1.0, 1), (2.0, 2), (math.inf, 10)]) is None, "the +Inf bucket has no upper bound"
+    assert bucket_bounds(0.5, [(1.0, 0), (math.inf, 0)]) is None

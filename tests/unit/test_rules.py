@@ -134,3 +134,26 @@ def test_a_breach_outranks_a_warning_and_warnings_alone_are_healthy():
     warned = diagnose(snapshot_for({"signals": {**signals, "error_rate": 0.001}}), rules, SLO())
     assert warned.healthy and warned.warnings == 1 and warned.summary == "healthy, with 1 warning"
     assert warned.top_severity == "warning" and warned.checks[0].id == "queueing"
+
+
+def test_a_quantile_inside_the_bucket_that_holds_the_slo_says_so():
+    """vLLM's TTFT buckets jump from 1 to 2.5 s: against a 2 s SLO an interpolated p95 says little
+    about which side of it the true p95 lies. Both the breach and the warning evidence say so."""
+    from advisor.diagnosis.evaluate import straddle
+    from advisor.diagnosis.expr import Value
+
+    slo = Value(2.0, label="SLO ttft_p95", source="SLO")
+    below = Value(1.8, unit="s", label="ttft_p95", bucket=(1.0, 2.5))
+    note = straddle(below, slo)
+    assert note == ("ttft_p95 was interpolated inside the 1.000 s -> 2.500 s bucket, which holds the SLO (2.000 s): "
+                    "the SLO may already be broken; 33% of that bucket lies beyond the SLO")
+    assert "may still hold" in straddle(Value(2.2, unit="s", label="ttft_p95", bucket=(1.0, 2.5)), slo)
+    ratio = Value(0.9, unit="x", label="ttft_p95 / slo:ttft_p95", parts=[below, slo])
+    assert straddle(ratio, Value(0.8, label="headroom", source="rule parameter")) == note
+    assert straddle(Value(0.9, unit="s", label="ttft_p95", bucket=(0.75, 1.0)), slo) is None, "SLO outside"
+    assert straddle(Value(1.8, unit="s", label="ttft_p95"), slo) is None, "not a quantile"
+    snap = snapshot_for({"signals": {"ttft_p95": 1.8, "tpot_p95": 0.02, "requests_waiting_avg": 3}})
+    snap.signals["ttft_p95"].bucket = (1.0, 2.5)
+    d = diagnose(snap, [RULES["ADV001"]], SLO(ttft_p95=2.0))
+    [f] = d.findings
+    assert f.severity == "warning" and [e.bucket_note for e in f.evidence if e.bucket_note] == [note]
