@@ -41,6 +41,11 @@ def fmt(value: float | None, unit: str) -> str:
         return f"{value * 100:.1f} %"
     if unit == "percent":
         return f"{value:.1f} %"
+    if unit == "bytes":
+        for size, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if abs(value) >= size:
+                return f"{value / size:.3g} {name}"
+        return f"{value:.0f} bytes"
     if abs(value) >= 100 or value == int(value):
         return f"{value:,.0f} {unit}"
     return f"{value:.3g} {unit}"

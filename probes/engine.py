@@ -70,6 +70,7 @@ def engine_info(client: httpx.Client, url: str, dialect: Dialect, s: Scrape, mod
         elif path == "/v1/models" and isinstance(body, dict):
             data = [m for m in body.get("data", []) if isinstance(m, dict)]
             info.models = [str(m.get("id")) for m in data if m.get("id")]
+            info.roots = [str(m.get("root")) for m in data if isinstance(m.get("root"), str) and m.get("root")]
             lens = [m.get("max_model_len") for m in data if isinstance(m.get("max_model_len"), int)]
             info.max_model_len = lens[0] if lens else None
     for spec in dialect.info.values():

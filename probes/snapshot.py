@@ -51,6 +51,7 @@ class EngineInfo(BaseModel):
     kind: str | None = None
     version: str | None = None
     models: list[str] = []
+    roots: list[str] = Field(default=[], description="what each served model was loaded from (/v1/models root)")
     max_model_len: int | None = None
     config: dict[str, Any] = Field(default_factory=dict, description="configuration the engine reveals")
     config_source: str | None = None

@@ -78,7 +78,10 @@ def diagnose(
         snap = take_snapshot(prom_url, url, window, model, at, engine, per_replica=per_replica_signals(rules))
         if not any(s.present for s in snap.signals.values()):
             raise UsageProblem(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
-        result = run_diagnosis(snap, rules, slo_spec)
+        from advisor.models import served_structure
+
+        structure, why_not = served_structure(snap, dep)
+        result = run_diagnosis(snap, rules, slo_spec, model=structure, model_note=why_not)
         if experiments:
             from advisor.experiments.checks import verify_top_checks
 

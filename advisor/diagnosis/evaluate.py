@@ -9,6 +9,8 @@ from advisor.diagnosis.model import Check, Diagnosis, Evidence, Finding, NotEval
 from advisor.diagnosis.ranking import rank
 from advisor.diagnosis.rules import OPS, Cond, Rule
 from advisor.diagnosis.slo import SLO
+from advisor.models.served import kv_capacity_tokens
+from advisor.models.structure import ModelStructure
 from advisor.units import fmt
 from probes import Snapshot
 
@@ -147,11 +149,26 @@ def evaluate_rule(rule: Rule, ctx: Context) -> Finding | NotEvaluated | None:
                    evidence=out.evidence, checks=checks)
 
 
-def diagnose(snapshot: Snapshot, rules: list[Rule], slo: SLO) -> Diagnosis:
+def model_facts(structure: ModelStructure | None, config: dict) -> dict[str, float | None] | None:
+    """The rules' facts about the served model: KV bytes per token at the engine's KV cache dtype
+    (vLLM's cache_config_info cache_dtype; auto: the model's), the GQA ratio, routed experts."""
+    if structure is None:
+        return None
+    return {"kv_bytes_per_token": structure.kv_bytes_per_token(str(config.get("cache_dtype") or "auto")),
+            "gqa_ratio": structure.gqa_ratio, "experts": float(structure.experts) if structure.experts else 0.0}
+
+
+def diagnose(snapshot: Snapshot, rules: list[Rule], slo: SLO, model: ModelStructure | None = None,
+             model_note: str | None = None) -> Diagnosis:
+    """model: the served model's structure (advisor.models.served_structure); model_note: why it
+    is not known."""
     slo_values = slo.model_dump()
     findings, skipped = [], []
+    facts = model_facts(model, snapshot.engine.config)
+    missing = f"the served model's structure is not known: {model_note}" if model_note else \
+        "the served model's structure is not known"
     for rule in rules:
-        result = evaluate_rule(rule, Context(snapshot, slo_values, rule.params))
+        result = evaluate_rule(rule, Context(snapshot, slo_values, rule.params, facts, missing))
         if isinstance(result, Finding):
             findings.append(result)
         elif isinstance(result, NotEvaluated):
@@ -159,6 +176,8 @@ def diagnose(snapshot: Snapshot, rules: list[Rule], slo: SLO) -> Diagnosis:
     diag = Diagnosis(target=snapshot.target, via=snapshot.via, taken_at=snapshot.taken_at,
                      window_s=snapshot.window_s, model=snapshot.model, engine=snapshot.engine,
                      slo=slo_values, findings=findings, not_evaluated=skipped,
-                     problems=snapshot.problems, queries=snapshot.queries)
+                     problems=snapshot.problems, queries=snapshot.queries, model_structure=model,
+                     model_note=model_note, kv_bytes_per_token=(facts or {}).get("kv_bytes_per_token"),
+                     kv_capacity_tokens=kv_capacity_tokens(snapshot.engine.config))
     rank(diag, snapshot)
     return diag

@@ -19,7 +19,8 @@ from typing import Any, Union
 from advisor.errors import AdvisorError
 from probes import Snapshot, signal_defs
 
-FACTS = ("replica_count", "gpu_count")
+FACTS = ("replica_count", "gpu_count", "kv_bytes_per_token", "gqa_ratio", "experts")
+MODEL_FACTS = {"kv_bytes_per_token": "bytes", "gqa_ratio": "x", "experts": ""}
 
 
 class RuleSyntaxError(AdvisorError, ValueError):
@@ -31,6 +32,8 @@ class Context:
     snapshot: Snapshot
     slo: dict[str, float | None]
     params: dict[str, float]
+    model: dict[str, float | None] | None = None  # MODEL_FACTS of the served model; None: not known
+    model_missing: str = "the served model's structure is not known"
 
 
 @dataclass
@@ -91,6 +94,10 @@ class Expr:
             v = snap.engine.config.get(self.arg)
             return Value(v, None if v is not None else f"the engine does not reveal {self.arg}", "",
                          self.arg, snap.engine.config_source or "")
+        if self.kind == "fact" and self.arg in MODEL_FACTS:
+            v = (ctx.model or {}).get(self.arg)
+            return Value(v, None if v is not None else ctx.model_missing, MODEL_FACTS[self.arg], self.arg,
+                         "config.json" if ctx.model else "")
         if self.kind == "fact":
             # A deployment read without replica labels is still one replica.
             n = max(1, len(snap.replicas)) if self.arg == "replica_count" else len(snap.gpu.devices if snap.gpu else [])

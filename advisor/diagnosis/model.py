@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from advisor.experiments.result import CheckSkip, CheckVerdict
+from advisor.models.structure import ModelStructure
 from probes import EngineInfo
 
 # "warning": the signal is near its SLO (at the rule's headroom, 80 % by default) and the mechanism
@@ -83,6 +84,10 @@ class Diagnosis(BaseModel):
     not_evaluated: list[NotEvaluated] = []
     problems: list[str] = []
     queries: int = 0
+    model_structure: ModelStructure | None = Field(default=None, description="the served model's config.json")
+    model_note: str | None = Field(default=None, description="why the model's structure is not known")
+    kv_bytes_per_token: int | None = Field(default=None, description="at the engine's KV cache dtype")
+    kv_capacity_tokens: int | None = Field(default=None, description="the KV cache's size, as the engine reports it")
 
     @property
     def healthy(self) -> bool:

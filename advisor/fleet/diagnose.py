@@ -38,5 +38,13 @@ def diagnose(watched: WatchedDeployment, store) -> Saved:
         raise AdvisorError(str(e)) from None
     if not any(s.present for s in snap.signals.values()):
         raise AdvisorError(f"{snap.target} returned no data for any signal in the window: nothing to diagnose")
-    result = run_rules(snap, rules, slo)
+    from advisor.models import served_structure
+
+    dep = None
+    if watched.deployment:
+        from advisor.experiments.deployment import load_deployment
+
+        dep = load_deployment(watched.deployment)
+    structure, why_not = served_structure(snap, dep)
+    result = run_rules(snap, rules, slo, model=structure, model_note=why_not)
     return Saved(store.save_diagnosis(result, snap, deployment=watched.name), result)

@@ -22,6 +22,8 @@ def render(d: Diagnosis, console: Console) -> None:
     console.print(f"[bold]{_e(v.target)}[/] via {_e(v.via)}, window {_e(v.window.replace(' ', ''))}, "
                   f"{_e(v.engine)} {_e(', '.join(v.models))}".rstrip(), highlight=False)
     console.print(f"[dim]SLOs: {_e(v.slo)}[/]", highlight=False)
+    if v.model_line:
+        console.print(f"[dim]model: {_e(v.model_line)}[/]", highlight=False)
     if not v.findings:
         console.print("[green bold]Healthy:[/] no rule fired.")
     elif v.healthy:

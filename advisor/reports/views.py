@@ -315,6 +315,19 @@ class DiagnosisView:
     id: int | None = None
     deployment: str | None = None
     models: list[str] = field(default_factory=list)  # the engine's served models
+    model_line: str | None = None  # the served model's structure and KV cost, or why it is unknown
+
+
+def model_line(d: Diagnosis) -> str | None:
+    from advisor.units import fmt
+
+    m = d.model_structure
+    if m is None:
+        return f"model structure unknown: {d.model_note}" if d.model_note else None
+    kv = f"KV cache {fmt(d.kv_bytes_per_token, 'bytes')} per token" if d.kv_bytes_per_token else \
+        "KV bytes per token unknown (the KV cache dtype is not known)"
+    cap = f", capacity {d.kv_capacity_tokens:,} tokens" if d.kv_capacity_tokens else ""
+    return f"{m.describe()}; {kv}{cap} (from {m.source})"
 
 
 def _parts(v: CheckVerdict) -> VerdictParts:
@@ -384,7 +397,7 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
                               [EvidenceRow(ev.text, ev.source) for ev in f.evidence],
                               _evidence_chart(f) if charts_on else None) for f in d.findings],
         checks=checks, not_evaluated=[(x.rule_id, x.reason) for x in d.not_evaluated], problems=list(d.problems),
-        experiments=experiments, id=ident, deployment=deployment, models=list(e.models))
+        experiments=experiments, id=ident, deployment=deployment, models=list(e.models), model_line=model_line(d))
 
 
 def as_json(view) -> str:

@@ -34,6 +34,14 @@ def test_queue_behind_max_num_seqs_is_ttft_high_with_queueing_first(local_engine
     # Prefix caching is on by default: never recommended as "turn it on".
     for c in (c for f in d["findings"] for c in f["checks"] if c["mechanism"] == "prefix_caching"):
         assert c["already"] and "not recommended" in c["reason"]
+    # Read from the engine itself, the served model's config.json (found from /v1/models' root):
+    # the tiny model's GQA 8:2 and what a token costs in KV cache at its bfloat16.
+    r = runner.invoke(app, ["diagnose", "--url", local_engine.url, "--window", "3s", "--output", "json"])
+    assert r.exit_code in (0, 1), r.output
+    direct = json.loads(r.stdout)
+    m = direct["model_structure"]
+    assert (m["attention"], m["attention_heads"], m["kv_heads"]) == ("GQA", 8, 2), (m, direct["model_note"])
+    assert direct["kv_bytes_per_token"] == 2 * 4 * 2 * 32 * 2 and direct["kv_capacity_tokens"] > 0
 
 
 def test_long_and_short_generations_mixed_is_a_tail_problem(local_engine, local_prometheus, background):

@@ -9,10 +9,12 @@ import yaml
 
 from advisor.diagnosis import SLO, diagnose, load_rules
 from advisor.diagnosis.rules import DOC_FIELDS, parse_rule
+from advisor.models import read
 from probes import EngineInfo, GpuDevice, GpuStatus, Replica, Signal, Snapshot, signal_defs
 from probes.catalog import signal_unit
 
 CASES = Path(__file__).parent.parent / "rule_cases"
+MODELS = Path(__file__).parent.parent / "fixtures" / "models"
 RULES = {r.id: r for r in load_rules()}
 
 
@@ -49,7 +51,8 @@ def test_rule_case(rule_id, case):
     rule = RULES[rule_id]
     if "overrides" in case:
         rule = parse_rule(yaml.safe_load(rule.path.read_text()), rule.path, case["overrides"])
-    result = diagnose(snapshot_for(case), [rule], SLO(**case.get("slo", {})))
+    model = read(MODELS / f"{case['model']}.json") if "model" in case else None
+    result = diagnose(snapshot_for(case), [rule], SLO(**case.get("slo", {})), model=model)
     expect = case["expect"]
     mine = [f for f in result.findings if f.rule_id == rule_id]
     finding = next((f for f in mine if f.severity != "warning"), None)
@@ -72,6 +75,8 @@ def test_rule_case(rule_id, case):
         assert finding.severity == expect["severity"]
     if "top_check" in expect:
         assert checks[0].id == expect["top_check"], [(c.id, c.score, c.reason) for c in checks]
+    if "not_top" in expect:
+        assert checks[0].id != expect["not_top"], [(c.id, c.score, c.reason) for c in checks]
     if "order" in expect:
         assert [c.id for c in checks][: len(expect["order"])] == expect["order"]
     if "held_back" in expect:

@@ -89,11 +89,11 @@ def test_every_restart_is_warmed_up_and_timed(tmp_path, ports):
 # --aa and --plan at the command line
 
 
-def _dep(tmp_path) -> tuple[str, int, int]:
+def _dep(tmp_path, args=("--delay", "0.003")) -> tuple[str, int, int]:
     port, cport = free_port(), free_port()
     spec = {"name": "d", "engine": "vllm", "model": "fake", "launcher": "local",
-            "local": {"command": FAKE, "args": ["--delay", "0.003"], "port": port, "candidate_port": cport,
-                      "arms": "parallel", "start_timeout_s": 20}}
+            "local": {"command": FAKE, "args": list(args), "port": port, "candidate_port": cport,
+                      "arms": "parallel", "start_timeout_s": 60}}
     p = tmp_path / "dep.yaml"
     p.write_text(yaml.safe_dump(spec))
     return str(p), port, cport
@@ -136,13 +136,13 @@ def test_aa_and_plan_usage_errors(tmp_path, data_dir, args, message):
 
 
 def test_aa_run_measures_and_stores_the_noise_that_later_plans_use(tmp_path, data_dir, ports):
-    dep, port, cport = _dep(tmp_path)
+    dep, port, cport = _dep(tmp_path, AA_DELAY)
     ports += [port, cport]
     r = runner.invoke(app, ["experiment", "--deployment", dep, "--aa", "--blocks", "4", "--block-requests", "16",
                             "--fixed", "--output", "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["mechanism"] == "aa" and out["verdict"] in ("no change", "inconclusive")
+    assert out["mechanism"] == "aa" and out["verdict"] in ("no change", "inconclusive"), (out["metrics"], out["blocks"])
     assert out["manifest"]["candidate_argv"] == out["manifest"]["baseline_argv"]
     names = {(c["metric"], c["statistic"]) for c in out["calibration"]}
     assert {("ttft", "p50"), ("tpot", "p50"), ("output_tokens", "per_s")} <= names
