@@ -42,37 +42,30 @@ def render(r, console: Console) -> None:
                   + _e(x.restore_note or ""), highlight=False)
     if x.verdict in ("regressed", "no change") and x.fails_means:
         console.print(f"[dim]if it fails, it means: {_e(x.fails_means)}[/]", highlight=False)
-    t = Table(show_edge=False, title="metrics (lower is better unless noted)", title_justify="left")
-    for c in ("metric", "baseline", "candidate", "ratio", "CI", "adj. p", "verdict", "method"):
-        t.add_column(c, overflow="fold")
+    t = _table("metrics (lower is better unless noted)",
+               ("metric", "baseline", "candidate", "ratio", "CI", "adj. p", "verdict", "method"))
     for m in x.metrics:
         t.add_row(_e(m.name), _e(m.baseline), _e(m.candidate), _e(m.ratio), _e(m.ci), _e(m.adjusted_p),
                   f"[{COLOR.get(m.verdict, 'white')}]{_e(m.verdict)}[/]", f"[dim]{_e(m.method)}[/]")
     console.print(t)
     if x.quality:
         console.print(f"quality guard: {_e(x.quality)}", highlight=False)
-    b = Table(show_edge=False, title="blocks", title_justify="left")
-    for c in ("arm", "block", "restart", "warmup", "requests", "ok", "errors", "TTFT p50", "TPOT p50", "E2E p95",
-              "outside", "generator"):
-        b.add_column(c)
+    b = _table("blocks", ("arm", "block", "restart", "warmup", "requests", "ok", "errors", "TTFT p50", "TPOT p50",
+                          "E2E p95", "outside", "generator"))
     for k in x.blocks:
         b.add_row(_e(k.arm), str(k.block), _e(k.restart), _e(k.warmup), str(k.requests), str(k.ok), str(k.errors),
                   _e(k.ttft_p50), _e(k.tpot_p50), _e(k.e2e_p95), _e(k.outside),
                   "valid" if k.valid else f"[red]behind, not judged[/] [dim]{_e(k.why_invalid or '')}[/]")
     console.print(b)
     if x.buckets:
-        k = Table(show_edge=False, title="per bucket: candidate/baseline of the medians, CI, verdict (exploratory: "
-                  "not corrected for the number of buckets)", title_justify="left")
-        for c in ("bucket", "requests", "TTFT p50 (prefill)", "TPOT p50 (decode)"):
-            k.add_column(c)
+        k = _table("per bucket: candidate/baseline of the medians, CI, verdict (exploratory: not corrected for "
+                   "the number of buckets)", ("bucket", "requests", "TTFT p50 (prefill)", "TPOT p50 (decode)"))
         for row in x.buckets:
             k.add_row(_e(row.bucket), row.requests, _e(row.ttft), _e(row.tpot))
         console.print(k)
     if x.server:
-        s = Table(show_edge=False, title="server readouts per arm (the engines' own /metrics, median of the "
-                  "valid blocks; * the knob's watched signals)", title_justify="left")
-        for c in ("signal", "baseline", "candidate", "change"):
-            s.add_column(c)
+        s = _table("server readouts per arm (the engines' own /metrics, median of the valid blocks; * the knob's "
+                   "watched signals)", ("signal", "baseline", "candidate", "change"))
         for row in x.server:
             s.add_row(_e(row.signal) + (" *" if row.watched else ""), _e(row.baseline), _e(row.candidate),
                       _e(row.change))
@@ -80,15 +73,20 @@ def render(r, console: Console) -> None:
     for note in x.server_notes:
         console.print(f"[yellow]server:[/] {_e(note)}", highlight=False)
     if x.calibration:
-        c = Table(show_edge=False, title="noise measured (stored for later plans: advisor experiment --plan)",
-                  title_justify="left")
-        for col in ("readout", "block log-SD", "sampling", "drift", "blocks"):
-            c.add_column(col)
+        c = _table("noise measured (stored for later plans: advisor experiment --plan)",
+                   ("readout", "block log-SD", "sampling", "drift", "blocks"))
         for n in x.calibration:
             c.add_row(_e(n.readout), n.block_sd, n.sampling_sd, n.drift_sd, str(n.blocks))
         console.print(c)
     if x.manifest_line:
         console.print(f"[dim]manifest: {_e(x.manifest_line)}[/]", highlight=False)
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    t = Table(show_edge=False, title=title, title_justify="left")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    return t
 
 
 def render_plans(rows, console: Console, as_json: bool = False) -> None:
