@@ -28,6 +28,12 @@ def _get(client: httpx.Client, url: str, path: str) -> httpx.Response:
 
 
 def scrape(client: httpx.Client, url: str) -> Scrape:
+    return parse(*reversed(fetch(client, url)))
+
+
+def fetch(client: httpx.Client, url: str) -> tuple[float, str]:
+    """(when it was asked, the /metrics text), unparsed: a caller timing something else in this
+    process parses later, off its hot path."""
     t = time.monotonic()
     r = _get(client, url, "/metrics")
     if r.status_code == 404:
@@ -38,7 +44,7 @@ def scrape(client: httpx.Client, url: str) -> Scrape:
                             "or ADVISOR_ENGINE_TOKEN" if r.status_code == 401 else "the credentials given are not allowed"))
     if r.status_code >= 400:
         raise ProbeError(f"{url}/metrics returned HTTP {r.status_code}: engine unhealthy")
-    return parse(r.text, t)
+    return t, r.text
 
 
 def detect(s: Scrape, engine: str | None, url: str) -> Dialect:
@@ -68,7 +74,8 @@ def engine_info(client: httpx.Client, url: str, dialect: Dialect, s: Scrape, mod
         if path == "/version" and isinstance(body, dict):
             info.version = str(body.get("version")) if body.get("version") else None
         elif path == "/v1/models" and isinstance(body, dict):
-            data = [m for m in body.get("data", []) if isinstance(m, dict)]
+            raw = body.get("data")
+            data = [m for m in raw if isinstance(m, dict)] if isinstance(raw, list) else []
             info.models = [str(m.get("id")) for m in data if m.get("id")]
             info.roots = [str(m.get("root")) for m in data if isinstance(m.get("root"), str) and m.get("root")]
             lens = [m.get("max_model_len") for m in data if isinstance(m.get("max_model_len"), int)]

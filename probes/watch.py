@@ -14,9 +14,9 @@ from probes import _delta, _missing
 from probes import http as _http
 from probes._primitives import GAUGE_OPS
 from probes.catalog import Dialect, signals_for
-from probes.engine import detect, engine_info, scrape
+from probes.engine import detect, engine_info, fetch, scrape
 from probes.errors import BadExposition, ProbeError
-from probes.exposition import Scrape
+from probes.exposition import Scrape, parse
 from probes.http import HttpConfig
 from probes.snapshot import EngineInfo, Signal
 
@@ -35,6 +35,7 @@ class Watch:
         self._engine, self._model, self._every = engine, model, every_s
         self._transport = transport
         self._scrapes: list[Scrape] = []
+        self._raw: list[tuple[float, str]] = []  # taken during the window, parsed at stop()
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -52,7 +53,7 @@ class Watch:
             self.dialect = detect(first, self._engine, self.url)
             if describe:
                 self.info = engine_info(self._client, self.url, self.dialect, first, self._model)
-        except (ProbeError, BadExposition):
+        except BaseException:
             self._client.close()
             raise
         self._scrapes = [first]
@@ -61,14 +62,24 @@ class Watch:
         return self
 
     def _loop(self) -> None:
+        # Only the HTTP fetch happens here: parsing a large /metrics page holds the GIL, and the
+        # caller's load generator in this process timestamps tokens meanwhile.
         while not self._done.wait(self._every):
             try:
-                s = scrape(self._client, self.url)
-            except (ProbeError, BadExposition) as e:
-                self.problems.append(str(e))
+                got = fetch(self._client, self.url)
+            except Exception as e:  # noqa: BLE001 - a scrape lost is a note, never the caller's failure
+                self.problems.append(str(e) or type(e).__name__)
                 continue
             with self._lock:
-                self._scrapes.append(s)
+                self._raw.append(got)
+
+    def close(self) -> None:
+        """Stop scraping and release the connection, reading nothing (the caller's work failed)."""
+        self._done.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        if self._client is not None:
+            self._client.close()
 
     def stop(self) -> dict[str, Signal]:
         """The window's signals (every catalog signal: absent ones with the reason why)."""
@@ -85,6 +96,13 @@ class Watch:
                     self._scrapes.append(last)
         finally:
             self._client.close()
+        with self._lock:
+            raw = list(self._raw)
+        for t, text in raw:
+            try:
+                self._scrapes.append(parse(text, t))
+            except BadExposition as e:
+                self.problems.append(f"a scrape could not be parsed: {e}")
         scrapes = sorted(self._scrapes, key=lambda s: s.t)
         window = scrapes[-1].t - scrapes[0].t
         if len(scrapes) < 2:

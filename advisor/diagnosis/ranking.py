@@ -5,7 +5,7 @@ bottleneck gives a fake optimisation (map: "Fix supply and demand first")."""
 
 from __future__ import annotations
 
-from advisor.diagnosis.model import SEVERITY_ORDER, Check, Diagnosis
+from advisor.diagnosis.model import Check, Diagnosis
 from advisor.knobs import already_candidate
 from advisor.units import fmt
 from probes import Snapshot
@@ -13,6 +13,8 @@ from probes import Snapshot
 STAGE_WEIGHT = {"supply_demand": 1.0, "scheduling_memory": 0.6, "compute_path": 0.3}
 STAGE_NAME = {"supply_demand": "supply and demand", "scheduling_memory": "scheduling and memory",
               "compute_path": "the compute path"}
+# A finding's weight on its checks' scores (a warning's checks also sort below every breach's).
+SEVERITY_WEIGHT = {"warning": 1.0, "low": 1.25, "moderate": 1.5, "severe": 1.75, "critical": 2.0}
 UNKNOWN_STRENGTH = 0.25  # a check whose evidence is missing still ranks, below well-evidenced ones
 QUEUE_WAITING = 1.0  # average waiting requests at which the deployment counts as queueing
 
@@ -33,7 +35,7 @@ def rank(diag: Diagnosis, snap: Snapshot) -> None:
     checks: list[Check] = []
     warned: set[int] = set()
     for f in diag.findings:
-        sev = 1.0 + SEVERITY_ORDER[f.severity] / 4
+        sev = SEVERITY_WEIGHT[f.severity]
         for c in f.checks:
             strength = c.strength if c.strength is not None else UNKNOWN_STRENGTH
             c.score = round(strength * STAGE_WEIGHT[c.stage] * sev, 4)

@@ -10,6 +10,8 @@ reveal (vLLM says nothing of max_num_seqs) cannot be confirmed: the run goes ahe
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from advisor import knobs
 from advisor.experiments.engine_state import EngineState
 
@@ -22,17 +24,27 @@ DERIVED = {"engine", "num_gpu_blocks", "num_cpu_blocks", "kv_cache_memory_bytes"
 MODEL_MECHANISMS = {"quantization"}
 
 
-def differences(base: EngineState, cand: EngineState, mechanism: str | None) -> tuple[list[str], str | None]:
-    """(differences other than the knob's, the knob's own difference or None) between two arms."""
+class Differences(NamedTuple):
+    other: list[str]  # differences in anything but the knob
+    own: str | None  # the knob's own difference
+    unconfirmed: list[str]  # what one arm reveals and the other does not
+
+
+def differences(base: EngineState, cand: EngineState, mechanism: str | None) -> Differences:
+    """How two arms differ, by what each reveals about itself."""
     knob_key = knobs.KNOBS[mechanism].config_key if mechanism in knobs.KNOBS else None
     other: list[str] = []
     own: str | None = None
+    unconfirmed: list[str] = []
 
     def differ(what: str, a, b) -> None:
         nonlocal own
         if a == b:
             return
-        text = f"{what} {a if a not in (None, '') else '(not revealed)'} vs {b if b not in (None, '') else '(not revealed)'}"
+        if a in (None, "") or b in (None, ""):  # one /version failed, an older engine lacks a label
+            unconfirmed.append(what)
+            return
+        text = f"{what} {a} vs {b}"
         if what == knob_key or (what == "models" and mechanism in MODEL_MECHANISMS):
             own = text
         else:
@@ -43,21 +55,23 @@ def differences(base: EngineState, cand: EngineState, mechanism: str | None) -> 
     differ("max_model_len", base.max_model_len, cand.max_model_len)
     for key in sorted((set(base.config) | set(cand.config)) - DERIVED):
         differ(key, base.config.get(key), cand.config.get(key))
-    return other, own
+    return Differences(other, own, unconfirmed)
 
 
 def check(base: EngineState, cand: EngineState, mechanism: str, aa: bool = False) -> str | None:
-    """A note when the knob cannot be confirmed; raises ArmsDiffer when the arms are unlike."""
+    """A note when the knob (or part of the configuration) cannot be confirmed; raises LaunchError
+    when the arms are unlike."""
     from advisor.experiments.launchers import LaunchError
 
     if base.problem or cand.problem:
         arm, why = ("baseline", base.problem) if base.problem else ("candidate", cand.problem)
         return f"cannot compare the arms' configurations: the {arm} revealed nothing ({why})"
-    other, own = differences(base, cand, None if aa else mechanism)
+    other, own, unconfirmed = differences(base, cand, None if aa else mechanism)
+    partly = (f"; {', '.join(unconfirmed)} revealed by one arm only, so not compared" if unconfirmed else "")
     if aa:
         if other:
             raise LaunchError("an A/A run needs two identical arms; the endpoints differ in " + "; ".join(other))
-        return None
+        return partly[2:] or None
     if other:
         raise LaunchError(f"the endpoints differ in more than {mechanism}: " + "; ".join(other)
                           + (f" (and {own})" if own else "") + ". A verdict would be on all of these at once")
@@ -72,8 +86,8 @@ def check(base: EngineState, cand: EngineState, mechanism: str, aa: bool = False
                           "nothing to test (an A/A run is advisor experiment --aa)")
     if not revealed:
         return (f"the engines do not reveal {mechanism}: that the candidate changes it, and only it, is taken on "
-                "trust; everything they do reveal is the same on both arms")
-    return None
+                "trust; everything they do reveal is the same on both arms" + partly)
+    return partly[2:] or None
 
 
 def changed_mechanisms(base: EngineState, cand: EngineState) -> set[str]:

@@ -44,7 +44,13 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
         cal = None
     changed = _endpoint_changes(dep, say)
     done = 0
+    tried: dict[tuple[str, str | None], int] = {}  # (mechanism, direction) -> the rank that ran it
     for check in diag.checks:
+        same = tried.get((check.mechanism, check.direction))
+        if same is not None:  # two checks can prescribe one change (ADV002's KV checks): one experiment
+            check.verdict = CheckSkip(skipped=f"the same experiment as check #{same} ({check.mechanism} "
+                                              f"{check.direction or ''})".replace(" )", ")"))
+            continue
         if changed is not None and check.mechanism not in changed:
             check.verdict = CheckSkip(skipped=f"the endpoints' candidate changes {', '.join(sorted(changed))}, "
                                               f"not {check.mechanism}")
@@ -74,6 +80,7 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
             check.verdict = CheckSkip(skipped=f"the experiment could not start: {e}")
             continue
         check.verdict = CheckVerdict.of(result)
+        tried[(check.mechanism, check.direction)] = check.rank
         done += 1
 
 

@@ -17,9 +17,7 @@ import httpx
 
 from advisor import net
 from advisor.experiments.result import BlockRecord, ServerReadout, ServerRow
-from probes import gpu
 from probes._primitives import why_empty
-from probes.errors import BadExposition, ProbeError
 from probes.watch import Watch
 
 # Read for every block, whatever the knob: the map's "watch" columns that explain most verdicts.
@@ -42,30 +40,37 @@ class BlockWatch:
                  describe: bool = False):
         """describe: also read what the arm's engine says it is (`arm_info`), for the manifest."""
         self.signals = tuple(dict.fromkeys((*ALWAYS, *watch)))
-        self._local = (httpx.URL(url).host or "") in ("127.0.0.1", "localhost", "::1")
-        self._watch: Watch | None = Watch(url, engine=engine, model=model, every_s=every_s,
-                                          http=net.config("engine", url=url), transport=transport)
+        self._watch: Watch | None = None
         self._note: str | None = None
         self.arm_info: dict | None = None
         try:
+            self._watch = Watch(url, engine=engine, model=model, every_s=every_s,
+                                http=net.config("engine", url=url), transport=transport)
             self._watch.start(describe=describe)
-        except (ProbeError, BadExposition) as e:
+        except Exception as e:  # noqa: BLE001 - the block runs without server readouts, and says why
             self._watch, self._note = None, f"no server readouts: {e}"
         else:
             if self._watch.info is not None:
                 self.arm_info = self._watch.info.model_dump(exclude={"problems"})
 
+    def close(self) -> None:
+        """The block failed: stop watching without reading (idempotent)."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
     def readout(self, sent: int) -> ServerReadout:
         if self._watch is None:
             return ServerReadout(note=self._note)
+        watch, self._watch = self._watch, None
         try:
-            found = self._watch.stop()
-        except (ProbeError, BadExposition) as e:
+            found = watch.stop()
+        except Exception as e:  # noqa: BLE001 - the block keeps its client readouts
             return ServerReadout(note=f"no server readouts: {e}")
         window = next((s.window_s for s in found.values() if s.window_s), None)
-        if self._local and any(s.startswith("gpu_") for s in self.signals):
-            # NVML sees this host's GPUs only; an arm served from elsewhere gets none.
-            found.update(gpu.summarize(gpu.read_gpus(), window))
+        # GPU signals (the watch lists of speculative, parallelism and kernel knobs) stay empty: a
+        # reading after the block would show an idle GPU, and NVML cannot tell one arm's devices
+        # from the other's. Sampling them during the block is still to do.
         values = {name: found[name].value if name in found else None for name in self.signals}
         rate = found.get("request_rate")
         if rate is not None and rate.present and window:
@@ -73,7 +78,7 @@ class BlockWatch:
         else:  # nothing finished in the window is a count of zero; a metric not exported is unknown
             counted = 0 if rate is not None and rate.missing == why_empty("count_rate") else None
         outside = max(0, counted - sent) if counted is not None else None
-        problems = self._watch.problems
+        problems = watch.problems
         note = f"{len(problems)} scrape(s) failed during the block: {problems[-1]}" if problems else None
         return ServerReadout(signals=values, window_s=window, requests_counted=counted,
                              outside_requests=outside, note=note)
@@ -128,4 +133,6 @@ def fmt(v: float | None) -> str:
         return "-"
     if v == 0:
         return "0"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
     return f"{v:.3g}" if abs(v) >= 0.001 else f"{v:.2e}"

@@ -219,8 +219,12 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                                                describe=arm not in arms)
             if watch.arm_info is not None:
                 arms[arm] = watch.arm_info
-            r = run_load(run(target, reqs, block_prompts[b], should_abort=should_abort,
-                                concurrency=a.concurrency if a.kind == "concurrency" else None))
+            try:
+                r = run_load(run(target, reqs, block_prompts[b], should_abort=should_abort,
+                                 concurrency=a.concurrency if a.kind == "concurrency" else None))
+            except BaseException:
+                watch.close()  # the block failed: its scrapes stop with it
+                raise
             block_sent = sum(x.status != "not_sent" for x in r.records)
             sent += block_sent
             server = watch.readout(block_sent)

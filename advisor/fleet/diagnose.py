@@ -41,10 +41,13 @@ def diagnose(watched: WatchedDeployment, store) -> Saved:
     from advisor.models import served_structure
 
     dep = None
-    if watched.deployment:
+    if watched.deployment:  # only where the model is: a spec that does not load costs the model facts only
         from advisor.experiments.deployment import load_deployment
 
-        dep = load_deployment(watched.deployment)
+        try:
+            dep = load_deployment(watched.deployment)
+        except AdvisorError:
+            dep = None
     structure, why_not = served_structure(snap, dep)
     result = run_rules(snap, rules, slo, model=structure, model_note=why_not)
     return Saved(store.save_diagnosis(result, snap, deployment=watched.name), result)

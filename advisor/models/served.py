@@ -22,14 +22,16 @@ def served_structure(snapshot, deployment=None) -> tuple[ModelStructure | None, 
     candidates += [*([snapshot.model] if snapshot.model else []), *snapshot.engine.models]
     if deployment is not None:
         candidates.append(deployment.model)
+    problems = []
     for name in dict.fromkeys(candidates):
-        path = config_path(name)
-        if path is None:
-            continue
         try:
-            return read(path), None
-        except ModelConfigError as e:
-            return None, str(e)
+            path = config_path(name)
+            if path is not None:
+                return read(path), None
+        except (OSError, ModelConfigError) as e:  # an unreadable folder, a broken config: try the next
+            problems.append(str(e))
+    if problems:
+        return None, "; ".join(problems)
     shown = ", ".join(dict.fromkeys(candidates)) or "no model name"
     return None, (f"no config.json found for {shown} (a local folder, or a Hugging Face hub id cached on this "
                   "host); pass --deployment with the engine's --model to read the model's structure")

@@ -96,16 +96,18 @@ def parse(cfg: dict, source: str = "config.json") -> ModelStructure:
         raise ModelConfigError(f"{source}: not a JSON object")
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     layers = _int(text, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _int(text, "hidden_size", "n_embd", "d_model")
     heads = _int(text, "num_attention_heads", "n_head")
+    hidden = _int(text, "hidden_size", "n_embd", "d_model")
     if layers is None or hidden is None or heads is None:
         missing = [n for n, v in (("num_hidden_layers", layers), ("hidden_size", hidden),
                                   ("num_attention_heads", heads)) if v is None]
         raise ModelConfigError(f"{source}: not a transformer config this reader knows (no {', '.join(missing)})")
     kv_lora = _int(text, "kv_lora_rank")
-    if text.get("multi_query") is True:  # Falcon-7B, StarCoder
+    if text.get("multi_query") is True and not text.get("new_decoder_architecture"):  # Falcon-7B, StarCoder
         kv_heads = 1
-    else:
+    elif text.get("multi_query_attention") is True:  # ChatGLM
+        kv_heads = _int(text, "multi_query_group_num") or 1
+    else:  # Falcon-40B/180B: new_decoder_architecture with num_kv_heads
         kv_heads = _int(text, "num_key_value_heads", "num_kv_heads", "n_head_kv") or heads
     head_dim = _int(text, "head_dim") or hidden // heads
     if kv_lora:

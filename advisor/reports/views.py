@@ -149,7 +149,8 @@ def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
 def _seconds(v: float | None) -> str:
     if v is None:
         return "-"
-    return f"{v * 1000:.3g} ms" if v < 1 else f"{v:.3g} s"
+    ms = v * 1000
+    return (f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms") if ms < 999.5 else f"{v:.3g} s"
 
 
 def _title(mechanism: str, value: str) -> str:

@@ -32,21 +32,29 @@ def state(config: dict, version="0.32.0", models=("tiny-llama",)) -> EngineState
 
 
 def test_only_the_knobs_key_differs():
-    other, own = arm_check.differences(state({"enable_prefix_caching": "False", "block_size": "128"}),
+    other, own, _ = arm_check.differences(state({"enable_prefix_caching": "False", "block_size": "128"}),
                                        state({"enable_prefix_caching": "True", "block_size": "128"}),
                                        "prefix_caching")
     assert other == [] and own == "enable_prefix_caching False vs True"
 
 
 def test_derived_sizes_are_not_differences_but_everything_else_is():
-    other, _ = arm_check.differences(state({"num_gpu_blocks": "8192", "block_size": "16"}, version="0.31"),
-                                     state({"num_gpu_blocks": "8000", "block_size": "128"}), "max_num_seqs")
+    other, _, unconfirmed = arm_check.differences(
+        state({"num_gpu_blocks": "8192", "block_size": "16", "kv_offloading_backend": "native"}, version="0.31"),
+        state({"num_gpu_blocks": "8000", "block_size": "128"}), "max_num_seqs")
     assert other == ["version 0.31 vs 0.32.0", "block_size 16 vs 128"]
+    assert unconfirmed == ["kv_offloading_backend"], "revealed by one arm only: not a difference"
+
+
+def test_a_version_one_arm_does_not_reveal_is_a_note_not_a_refusal():
+    note = arm_check.check(state({"enable_prefix_caching": "False"}, version=None),
+                           state({"enable_prefix_caching": "True"}), "prefix_caching")
+    assert note == "version revealed by one arm only, so not compared"
 
 
 def test_a_model_swap_is_the_quantization_knob_and_a_difference_for_any_other():
     base, cand = state({}, models=("m-bf16",)), state({}, models=("m-fp8",))
-    assert arm_check.differences(base, cand, "quantization") == ([], "models m-bf16 vs m-fp8")
+    assert arm_check.differences(base, cand, "quantization")[:2] == ([], "models m-bf16 vs m-fp8")
     with pytest.raises(LaunchError, match="differ in more than max_num_seqs: models m-bf16 vs m-fp8"):
         arm_check.check(base, cand, "max_num_seqs")
     assert arm_check.changed_mechanisms(base, cand) == {"quantization"}

@@ -121,3 +121,36 @@ def test_notes_name_outside_traffic_blind_arms_and_what_the_watched_signals_did(
     assert any("1 of 2 candidate blocks have no server readouts (no server readouts: 404)" in n for n in notes)
     assert "watched signals, baseline -> candidate: requests_running_avg 2 -> 2" in notes
     assert not any(n.startswith("watched") for n in engine_readouts.notes(blocks, rows, "improved"))
+
+
+def test_an_engine_answering_oddly_costs_the_readouts_not_the_block():
+    """/v1/models with data that is not a list, and a scrape thread whose fetches raise something
+    other than a probe error: the block keeps going and says what it lost."""
+    calls = {"n": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            return httpx.Response(200, json={"data": 5})
+        calls["n"] += 1
+        if calls["n"] > 1 and request.url.path == "/metrics" and calls["n"] < 4:
+            raise RuntimeError("connection pool closed")
+        return httpx.Response(200, text=text("metrics-queueing-t1"))
+
+    w = engine_readouts.BlockWatch("http://engine.test", "vllm", "tiny-llama", every_s=0.01,
+                                   transport=httpx.MockTransport(handler), describe=True)
+    assert w.arm_info is not None and w.arm_info["models"] == []
+    import time
+
+    time.sleep(0.1)
+    r = w.readout(5)
+    assert r.signals, r.note
+    w.close()  # after a readout: nothing left to close
+
+
+def test_a_failed_block_stops_its_watch():
+    w = engine_readouts.BlockWatch("http://engine.test", "vllm", "tiny-llama", every_s=0.01,
+                                   transport=transport(["metrics-queueing-t0", "metrics-queueing-t1"]))
+    thread = w._watch._thread
+    w.close()
+    assert not thread.is_alive()
+    assert w.readout(3).note is None and w.readout(3).signals == {}

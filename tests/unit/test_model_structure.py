@@ -83,3 +83,37 @@ def test_the_model_an_argv_serves():
     assert model_args(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--port", "1"]) == "/m"
     assert model_args(["vllm", "serve", "org/name", "--port", "1"]) == "org/name"
     assert model_args(["--model=/x"]) == "/x" and model_args(["--port", "1"]) is None
+
+
+def test_falcons_new_decoder_and_chatglms_groups_are_not_mqa():
+    # Falcon-40B's shape: multi_query set, but the new decoder reads num_kv_heads (8 groups).
+    falcon40 = parse({"model_type": "falcon", "hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60,
+                      "multi_query": True, "new_decoder_architecture": True, "num_kv_heads": 8,
+                      "torch_dtype": "bfloat16"})
+    assert (falcon40.attention, falcon40.kv_heads) == ("GQA", 8)
+    glm = parse({"model_type": "chatglm", "hidden_size": 4096, "num_attention_heads": 32, "num_layers": 28,
+                 "multi_query_attention": True, "multi_query_group_num": 2, "torch_dtype": "float16"})
+    assert (glm.attention, glm.kv_heads, glm.gqa_ratio) == ("GQA", 2, 16.0)
+
+
+def test_an_unreadable_candidate_is_skipped_not_fatal(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from advisor.models import served_structure
+
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "config.json").write_text(json.dumps(TINY))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text("{")
+    snap = SimpleNamespace(target="http://127.0.0.1:8000", model=None,
+                           engine=SimpleNamespace(roots=[str(bad), str(good)], models=[]))
+    m, note = served_structure(snap)
+    assert m is not None and m.kv_heads == 2 and note is None
+    snap.engine.roots = [str(bad)]
+    m, note = served_structure(snap)
+    assert m is None and "not valid JSON" in note
+    remote = SimpleNamespace(target="http://10.0.0.5:8000", model=None,
+                             engine=SimpleNamespace(roots=[str(good)], models=[]))
+    assert served_structure(remote)[0] is None, "a remote engine's root is not this host's folder"
