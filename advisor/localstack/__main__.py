@@ -68,10 +68,10 @@ def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline:
         totals.first_error = totals.first_error or r.first_error
 
 
-def run_diagnosis(prom_url: str, window: int, deployment: Path | None) -> int:
+def run_diagnosis(prom_url: str, window: int, deployment: Path | None, experiment: bool = True) -> int:
     cmd = [sys.executable, "-m", "advisor.cli", "diagnose", "--prom-url", prom_url, "--window", f"{window}s"]
     if deployment:
-        cmd += ["--deployment", str(deployment), "--experiment", "1"]
+        cmd += ["--deployment", str(deployment)] + (["--experiment", "1"] if experiment else [])
     log("running: advisor " + " ".join(cmd[3:]))
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     try:
@@ -159,11 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         worker.join(timeout=120)
         if args.serve is not None:
             return serve_dashboard(engine, prom, args)
-        deployment = None
-        if not args.no_experiment:
-            deployment = write_deployment(engine, Path(tempfile.mkdtemp(prefix="advisor-local-")) / "deployment.yaml")
-            log(f"deployment spec for experiments: {deployment}")
-        rc = run_diagnosis(prom.url, args.window, deployment)
+        # The spec also tells the diagnosis which model folder the engine serves (its structure).
+        deployment = write_deployment(engine, Path(tempfile.mkdtemp(prefix="advisor-local-")) / "deployment.yaml")
+        log(f"deployment spec: {deployment}")
+        rc = run_diagnosis(prom.url, args.window, deployment, experiment=not args.no_experiment)
         log(f"load: {totals.ok} ok, {totals.errors} errors of {totals.requests} requests")
         if totals.first_error:
             log(f"first load error: {totals.first_error}")

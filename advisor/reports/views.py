@@ -324,7 +324,7 @@ def model_line(d: Diagnosis) -> str | None:
 
     m = d.model_structure
     if m is None:
-        return f"model structure unknown: {d.model_note}" if d.model_note else None
+        return f"structure unknown: {d.model_note}" if d.model_note else None
     kv = f"KV cache {fmt(d.kv_bytes_per_token, 'bytes')} per token" if d.kv_bytes_per_token else \
         "KV bytes per token unknown (the KV cache dtype is not known)"
     cap = f", capacity {d.kv_capacity_tokens:,} tokens" if d.kv_capacity_tokens else ""
