@@ -30,6 +30,9 @@ def stop_restoring(proc: subprocess.Popen, *, wait_s: float = RESTORE_WAIT_S, gr
     def send(sig: int) -> None:
         try:
             if group:
+                # The child leads its own session (start_new_session), so its pid is its group's id:
+                # the group holds it and its helpers only. Sent only while it is unreaped (poll()
+                # is None), so the id cannot have been reused.
                 os.killpg(proc.pid, sig)
             else:
                 proc.send_signal(sig)

@@ -28,7 +28,8 @@ def _get(client: httpx.Client, url: str, path: str) -> httpx.Response:
 
 
 def scrape(client: httpx.Client, url: str) -> Scrape:
-    return parse(*reversed(fetch(client, url)))
+    t, text = fetch(client, url)
+    return parse(text, t)
 
 
 def fetch(client: httpx.Client, url: str) -> tuple[float, str]:

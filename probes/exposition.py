@@ -135,22 +135,32 @@ def _same(a: float, b: float) -> bool:
     return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
 
 
-def bucket_bounds(q: float, buckets: list[tuple[float, float]]) -> tuple[float, float] | None:
-    """The finite (lower, upper) bounds of the bucket that bucket_quantile interpolates q in; None
-    when there are no observations or the rank falls in the +Inf bucket."""
+def _rank_bucket(q: float, buckets: list[tuple[float, float]]) -> tuple[list[tuple[float, float]], int, float] | None:
+    """(the repaired cumulative buckets, the index of the one holding q's rank, the rank), as
+    Prometheus' histogram_quantile finds them; None when there are no observations."""
     buckets = sorted((le, c) for le, c in buckets if not math.isnan(le))
     if len(buckets) < 2 or not math.isinf(buckets[-1][0]):
         return None
-    running, fixed = 0.0, []
+    # Cumulative counts must not decrease; scrapes can race bucket updates.
+    fixed, running = [], 0.0
     for le, c in buckets:
         running = max(running, c)
         fixed.append((le, running))
     total = fixed[-1][1]
-    if not 0 < total < math.inf:
+    if not 0 < total < math.inf or any(math.isnan(c) for _, c in buckets):
         return None
-    b = next((i for i, (_, c) in enumerate(fixed) if c >= q * total), None)
-    if b is None or b == len(fixed) - 1:
+    rank = q * total
+    b = next((i for i, (_, c) in enumerate(fixed) if c >= rank), None)
+    return None if b is None else (fixed, b, rank)
+
+
+def bucket_bounds(q: float, buckets: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """The finite (lower, upper) bounds of the bucket that bucket_quantile interpolates q in; None
+    when there are no observations or the rank falls in the +Inf bucket."""
+    found = _rank_bucket(q, buckets)
+    if found is None or found[1] == len(found[0]) - 1:
         return None
+    fixed, b, _ = found
     return (0.0 if b == 0 else fixed[b - 1][0]), fixed[b][0]
 
 
@@ -160,21 +170,10 @@ def bucket_quantile(q: float, buckets: list[tuple[float, float]]) -> tuple[float
     Returns (value, note). NaN when there are no observations. When the rank falls in the
     +Inf bucket, returns the highest finite bound, as Prometheus does, with a note saying so.
     """
-    buckets = sorted((le, c) for le, c in buckets if not math.isnan(le))
-    if len(buckets) < 2 or not math.isinf(buckets[-1][0]):
+    found = _rank_bucket(q, buckets)
+    if found is None:
         return math.nan, None
-    # Cumulative counts must not decrease; scrapes can race bucket updates.
-    fixed, running = [], 0.0
-    for le, c in buckets:
-        running = max(running, c)
-        fixed.append((le, running))
-    total = fixed[-1][1]
-    if not 0 < total < math.inf or any(math.isnan(c) for _, c in buckets):
-        return math.nan, None
-    rank = q * total
-    b = next((i for i, (_, c) in enumerate(fixed) if c >= rank), None)
-    if b is None:
-        return math.nan, None
+    fixed, b, rank = found
     if b == len(fixed) - 1:
         return fixed[-2][0], f"beyond the highest finite bucket ({fixed[-2][0]:g}): a lower bound"
     lo, below = (0.0, 0.0) if b == 0 else fixed[b - 1]

@@ -48,8 +48,8 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
     for check in diag.checks:
         same = tried.get((check.mechanism, check.direction))
         if same is not None:  # two checks can prescribe one change (ADV002's KV checks): one experiment
-            check.verdict = CheckSkip(skipped=f"the same experiment as check #{same} ({check.mechanism} "
-                                              f"{check.direction or ''})".replace(" )", ")"))
+            change = " ".join(x for x in (check.mechanism, check.direction) if x)
+            check.verdict = CheckSkip(skipped=f"the same experiment as check #{same} ({change})")
             continue
         if changed is not None and check.mechanism not in changed:
             check.verdict = CheckSkip(skipped=f"the endpoints' candidate changes {', '.join(sorted(changed))}, "
