@@ -2,6 +2,13 @@
 
 No weights can be downloaded on our machines, so the engine serves this model: its outputs
 are gibberish, but its timings and metrics are real. Runs in the engine's virtual environment.
+
+    build_tiny_model.py OUT [--tokenizer words|pieces|chars]
+
+words (the default): common words are one token each, as in most real tokenizers. The other two
+have no whole-word tokens, as tokenizers of code, Chinese or small models can have, so that prompt
+sizing is tested where it cannot count in words: pieces merges at most two characters (every word
+of three or more letters is split), chars has no merges at all (one token per byte).
 """
 
 import random
@@ -25,7 +32,11 @@ def corpus(n_lines: int, seed: int = 0):
         yield " ".join(rng.choice(words) + rng.choice(["", "s", "ed", "ing", "er"]) for _ in range(20))
 
 
-def main(out: Path) -> None:
+# The most characters a merged token may span, and the vocabulary the trainer may fill, per kind.
+TOKENIZERS = {"words": (None, 1024), "pieces": (2, 512), "chars": (1, 260)}
+
+
+def main(out: Path, kind: str = "words") -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -34,8 +45,10 @@ def main(out: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     special = ["<s>", "</s>", "<unk>", "<pad>"]
+    max_len, vocab = TOKENIZERS[kind]
     trainer = trainers.BpeTrainer(
-        vocab_size=1024, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        max_token_length=max_len,
     )
     tok.train_from_iterator(corpus(5000), trainer=trainer)
     fast = PreTrainedTokenizerFast(
@@ -61,8 +74,14 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     fast.save_pretrained(out)
-    print(f"tiny model: {sum(p.numel() for p in model.parameters())} parameters -> {out}", file=sys.stderr)
+    print(f"tiny model ({kind} tokenizer, {len(fast)} tokens): {sum(p.numel() for p in model.parameters())} parameters -> {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--tokenizer", choices=sorted(TOKENIZERS), default="words")
+    a = ap.parse_args()
+    main(a.out, a.tokenizer)

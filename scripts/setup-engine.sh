@@ -24,9 +24,13 @@ else
   log "engine venv ok: $venv"
 fi
 
-if [ ! -f "$model/config.json" ]; then
-  log "building tiny random-weight Llama at $model"
-  "$venv/bin/python" "$here/build_tiny_model.py" "$model"
-else
-  log "tiny model ok: $model"
-fi
+# The tiny model, and its twins whose tokenizers have no whole-word tokens (prompt sizing's tests).
+for kind in words pieces chars; do
+  dir=$model; [ "$kind" = words ] || dir=$model-$kind
+  if [ ! -f "$dir/config.json" ]; then
+    log "building tiny random-weight Llama ($kind tokenizer) at $dir"
+    "$venv/bin/python" "$here/build_tiny_model.py" "$dir" --tokenizer "$kind"
+  else
+    log "tiny model ok: $dir"
+  fi
+done

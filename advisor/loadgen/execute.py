@@ -34,6 +34,7 @@ class Job:
     warmup_s: float
     concurrency: int | None
     duration_s: float | None
+    sizing: dict | None = None  # how the prompts were sized: PromptSizer.report()
 
     def describe(self) -> str:
         w = self.workload
@@ -105,7 +106,7 @@ def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | 
     return Job(workload=w, requests=requests, prompts=prompts,
                target=Target(url=target, model=served, api=w.api, http=http),
                warmup_s=w.warmup_s, concurrency=w.arrival.concurrency if w.arrival.kind == "concurrency" else None,
-               duration_s=w.duration_s)
+               duration_s=w.duration_s, sizing=sizer.report())
 
 
 async def run_with_progress(job: Job, console: Console, should_abort=None) -> Result:
@@ -148,6 +149,7 @@ def build_manifest(job: Job, summary: Summary) -> dict:
         "load_generator_machine": manifest_mod.machine(),
         "warmup_s": job.warmup_s, "metric_definitions": DEFINITIONS,
         "generator_valid": summary.generator.valid, "generator_why_invalid": summary.generator.why_invalid,
+        "prompt_sizing": job.sizing,
     }
 
 

@@ -56,8 +56,12 @@ class LocalEngine:
         env: Mapping[str, str] | None = None,
         log_dir: Path | str | None = None,
         isolate_engine_core: bool = True,
+        model: Path | str | None = None,
+        served_model_name: str = paths.SERVED_MODEL_NAME,
     ) -> None:
         self.port = port or paths.free_port()
+        self.model = Path(model) if model else paths.tiny_model_dir()
+        self.served_model_name = served_model_name
         self.max_num_seqs = max_num_seqs
         self.extra_args = list(extra_args)
         self.env = dict(env or {})
@@ -83,8 +87,8 @@ class LocalEngine:
     def command(self) -> list[str]:
         cmd = [
             str(paths.engine_python()), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(paths.tiny_model_dir()),
-            "--served-model-name", paths.SERVED_MODEL_NAME,
+            "--model", str(self.model),
+            "--served-model-name", self.served_model_name,
             "--max-model-len", "2048",
             "--enforce-eager",
             "--dtype", "bfloat16",
@@ -106,11 +110,11 @@ class LocalEngine:
     def start(self) -> "LocalEngine":
         if self.proc is not None:
             raise EngineError("engine already started")
-        python, model = paths.engine_python(), paths.tiny_model_dir()
+        python, model = paths.engine_python(), self.model
         if not python.exists():
             raise EngineError(f"engine venv not found at {python.parent.parent}: run scripts/setup.sh")
         if not (model / "config.json").exists():
-            raise EngineError(f"tiny model not found at {model}: run scripts/setup.sh")
+            raise EngineError(f"model not found at {model}: run scripts/setup.sh")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.log_dir / f"engine-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         with open(self.log_path, "wb") as log:

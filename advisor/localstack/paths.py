@@ -18,8 +18,11 @@ def engine_python() -> Path:
     return engine_venv() / "bin" / "python"
 
 
-def tiny_model_dir() -> Path:
-    return Path(os.environ.get("ADVISOR_TINY_MODEL") or advisor_home() / "tiny-llama")
+def tiny_model_dir(tokenizer: str = "words") -> Path:
+    """The tiny model; with tokenizer "pieces" or "chars", its twin whose tokenizer has no whole-word
+    tokens (scripts/build_tiny_model.py --tokenizer), built beside it."""
+    base = Path(os.environ.get("ADVISOR_TINY_MODEL") or advisor_home() / "tiny-llama")
+    return base if tokenizer == "words" else base.with_name(f"{base.name}-{tokenizer}")
 
 
 def log_dir() -> Path:

@@ -7,12 +7,17 @@ How a prompt is built, and why the sizes are exact for word-splitting tokenizers
 SentencePiece, tiktoken-style: all split at spaces before merging, so tokens never straddle a space
 and counts add up word by word):
 - calibration, once per sizer and API: the count of the lead word alone (it carries any BOS or chat
-  template tokens), then words from a fixed list checked in chunks for being one token each
-  (a chunk of n words that adds exactly n tokens needs no further look);
-- a prompt is: lead word, [the group's shared prefix words], a nonce of list words that encodes the
+  template tokens), then units that add one token each when appended: " word" for words from a
+  fixed list, checked in chunks (a chunk of n units that adds exactly n tokens needs no further look);
+- a tokenizer with too few one-token words (code, Chinese or small models' vocabularies split every
+  word, or have one token per character) is calibrated from its own vocabulary instead: the tokens
+  of a sample text, each turned back into text alone (the engine's POST /detokenize, or the named
+  tokenizer's decode), checked the same way. Pieces that begin with a space are preferred: each is
+  its own pre-token, so they add up as words do; a character vocabulary adds up whatever follows;
+- a prompt is: lead word, [the group's shared prefix units], a nonce of units that encodes the
   request's index (so unrelated prompts differ within their first few tokens and never share a
-  KV-cache block), then filler words drawn from a per-request generator;
-- each prompt is counted once to verify; a miss is corrected by adding or removing filler words and
+  KV-cache block), then filler units drawn from a per-request generator;
+- each prompt is counted once to verify; a miss is corrected by adding or removing filler units and
   counting again. Where additivity holds that one count is the only one.
 """
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -40,9 +46,10 @@ log = logging.getLogger(__name__)
 TOLERANCE_TOKENS = 2
 MAX_ROUNDS = 6
 CHUNK_WORDS = 16
-WANT_WORDS = 24  # one-token words to find before calibration stops looking
+WANT_WORDS = 24  # one-token units to find before calibration stops looking
 MIN_WORDS = 8
-CALIBRATION_CALLS = 48  # at most this many counts spent looking for one-token words
+CALIBRATION_CALLS = 48  # at most this many counts spent looking for one-token units (per kind)
+MAX_PIECES = 96  # vocabulary pieces turned back into text (one /detokenize each) at most
 # verify="sample": after this many predictions in a row came out exact, count only every
 # SAMPLE_EVERY-th prompt; one miss and every prompt is counted again, the skipped ones too.
 TRUST_AFTER = 32
@@ -109,11 +116,54 @@ class _EngineCounter:
         raise PromptSizingError(f"{self.url}/tokenize answered HTTP {r.status_code}: {r.text[:200]}")
 
 
+    def pieces(self, sample: str) -> list[str]:
+        """The texts of the tokens of `sample`, each decoded alone (POST /tokenize, then /detokenize)."""
+        body = {"model": self.model, "prompt": sample, "add_special_tokens": False}
+        ids = self._json("/tokenize", body).get("tokens")
+        if not isinstance(ids, list):
+            raise PromptSizingError(f"{self.url}/tokenize does not list token ids, so its vocabulary cannot be read")
+        out = []
+        for i in list(dict.fromkeys(ids))[:MAX_PIECES]:
+            text = self._json("/detokenize", {"model": self.model, "tokens": [i]}).get("prompt")
+            if isinstance(text, str):
+                out.append(text)
+        return out
+
+    def _json(self, path: str, body: dict) -> dict:
+        try:
+            r = request(self._http, "POST", self.url + path, what="engine", json=body)
+        except TargetUnreachable as e:
+            raise PromptSizingError(f"{self.url}{path} unreachable: {e}") from e
+        if r.status_code != 200:
+            raise PromptSizingError(f"{self.url}{path} answered HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            answer = r.json()
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise PromptSizingError(f"{self.url}{path} answered something other than a JSON object: {r.text[:200]}")
+        return answer
+
+
 class _NoTokenize(PromptSizingError):
     pass
 
 
-def _local_counter(name: str) -> Callable[[str, Api], int]:
+class _LocalTokenizer:
+    """A named tokenizer: counts, and its vocabulary's pieces for tokenizers without whole words."""
+
+    def __init__(self, count: Callable[[str, Api], int], encode: Callable[[str], list[int]],
+                 decode: Callable[[list[int]], str]):
+        self._count, self._encode, self._decode = count, encode, decode
+
+    def __call__(self, text: str, api: Api) -> int:
+        return self._count(text, api)
+
+    def pieces(self, sample: str) -> list[str]:
+        return [self._decode([i]) for i in list(dict.fromkeys(self._encode(sample)))[:MAX_PIECES]]
+
+
+def _local_counter(name: str) -> _LocalTokenizer:
     try:
         from transformers import AutoTokenizer  # heavy; only when a tokenizer is named
     except ImportError:
@@ -132,7 +182,8 @@ def _local_counter(name: str) -> Callable[[str, Api], int]:
                 return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
             return len(tok(text)["input_ids"])
 
-        return count
+        return _LocalTokenizer(count, lambda text: tok(text, add_special_tokens=False)["input_ids"],
+                               lambda ids: tok.decode(ids))
     try:
         from tokenizers import Tokenizer
     except ImportError:
@@ -148,7 +199,8 @@ def _local_counter(name: str) -> Callable[[str, Api], int]:
             raise PromptSizingError("chat prompts need transformers' chat template; install transformers")
         return len(tk.encode(text).ids)
 
-    return count_plain
+    return _LocalTokenizer(count_plain, lambda text: tk.encode(text, add_special_tokens=False).ids,
+                           lambda ids: tk.decode(ids))
 
 
 @dataclass
@@ -163,7 +215,18 @@ class SizingStats:
 @dataclass
 class _Calibration:
     head: int  # tokens of the lead word alone (plus BOS / template)
-    words: list[str]  # one token each after a space
+    units: list[str]  # texts that add one token each when appended: " word", or a vocabulary piece
+    kind: Literal["words", "pieces"] = "words"
+
+
+# Vocabulary pieces a prompt may be made of: some letter or digit, nothing a tokenizer may read as a
+# special token (<s>, [CLS], <|user|>), no replacement character (half of a multi-byte character).
+_SPECIAL = re.compile(r"<[^>]*>|\[[A-Z]+\]")
+
+
+def _usable_piece(text: str) -> bool:
+    return (any(c.isalnum() for c in text) and text.isprintable() and "\ufffd" not in text
+            and not _SPECIAL.search(text))
 
 
 class PromptSizer:
@@ -171,6 +234,8 @@ class PromptSizer:
 
     def __init__(self, counter: Callable[[str, Api], int], source: str,
                  verify: Literal["all", "sample"] = "all"):
+        """counter: text, api -> tokens. A counter with a `pieces(sample) -> [text of each token]`
+        method also sizes prompts for tokenizers that have too few one-token words."""
         self._count_fn = counter
         self.verify = verify
         self.source = source
@@ -207,6 +272,15 @@ class PromptSizer:
             log.info("%s; sizing prompts with tokenizer %s", e, tokenizer)
             return cls.from_tokenizer(tokenizer, verify)
 
+    def report(self) -> dict:
+        """How the prompts were sized, for a run's manifest: the counter, what prompts are made of
+        (common words, or pieces of the target's own vocabulary), and how close they came."""
+        s = self.stats
+        return {"counted_by": self.source, "units": sorted({c.kind for c in self._cal.values()}),
+                "tolerance_tokens": TOLERANCE_TOKENS, "prompts": s.prompts, "exact": s.exact,
+                "max_abs_error": s.max_abs_error, "misses": len(s.misses), "unverified": s.unverified,
+                "counts": self.calls}
+
     def _count(self, text: str, api: Api, remember: bool = False) -> int:
         # Only calibration texts are remembered: prompts are many and long, and never counted twice.
         key = (text, api)
@@ -222,26 +296,42 @@ class PromptSizer:
         if api in self._cal:
             return self._cal[api]
         head = self._count(LEAD, api, remember=True)
-        found: list[str] = []
+        found = self._one_token_units(head, [" " + w for w in WORDS], api)
+        if len(found) >= MIN_WORDS:
+            self._cal[api] = _Calibration(head, found)
+            return self._cal[api]
+        pieces = getattr(self._count_fn, "pieces", None)
+        why = f"{self.source}: only {len(found)} of {len(WORDS)} common words are one token each"
+        if pieces is None:
+            raise PromptSizingError(f"{why}, and its vocabulary cannot be read; cannot size prompts")
+        candidates = list(dict.fromkeys(p for p in pieces(" ".join(WORDS)) if _usable_piece(p)))
+        # Space-led pieces first, and alone when there are enough: each is its own pre-token.
+        spaced = self._one_token_units(head, [p for p in candidates if p[0].isspace()], api)
+        units = spaced if len(spaced) >= MIN_WORDS else self._one_token_units(head, candidates, api)
+        if len(units) < MIN_WORDS:
+            raise PromptSizingError(f"{why}, and only {len(units)} of {len(candidates)} pieces of its vocabulary add "
+                                    f"one token each; cannot size prompts")
+        log.info("%s; sizing prompts from %d pieces of its own vocabulary", why, len(units))
+        self._cal[api] = _Calibration(head, units, "pieces")
+        return self._cal[api]
 
+    def _one_token_units(self, head: int, candidates: list[str], api: Api) -> list[str]:
+        """The candidates that add exactly one token each after the lead word, looked at in chunks."""
+        found: list[str] = []
         spent = self.calls
 
-        def probe(words: list[str]) -> None:
+        def probe(units: list[str]) -> None:
             if len(found) >= WANT_WORDS or self.calls - spent >= CALIBRATION_CALLS:
                 return
-            if self._count(" ".join([LEAD, *words]), api, remember=True) - head == len(words):
-                found.extend(words)
-            elif len(words) > 1:
-                probe(words[: len(words) // 2])
-                probe(words[len(words) // 2:])
+            if self._count(LEAD + "".join(units), api, remember=True) - head == len(units):
+                found.extend(units)
+            elif len(units) > 1:
+                probe(units[: len(units) // 2])
+                probe(units[len(units) // 2:])
 
-        for i in range(0, len(WORDS), CHUNK_WORDS):
-            probe(WORDS[i:i + CHUNK_WORDS])
-        if len(found) < MIN_WORDS:
-            raise PromptSizingError(f"{self.source}: only {len(found)} of {len(WORDS)} common words are one token "
-                                    f"each; cannot size prompts by words")
-        self._cal[api] = _Calibration(head, found)
-        return self._cal[api]
+        for i in range(0, len(candidates), CHUNK_WORDS):
+            probe(candidates[i:i + CHUNK_WORDS])
+        return found
 
     def _fit(self, parts: list[str], filler: list[str], target: int, api: Api) -> tuple[str, int, int]:
         """Add or remove filler words until the text counts `target` tokens, re-counting each time.
@@ -249,10 +339,10 @@ class PromptSizer:
         One word is one token where counts add up, so the first correction lands; where they do not,
         a step that overshoots is halved next time, so the loop settles instead of oscillating.
         Returns the closest text, its count, and the first count (the prediction's check)."""
-        words = self._cal[api].words
+        units = self._cal[api].units
         best, last, first = None, 0, None
         for _ in range(MAX_ROUNDS):
-            text = " ".join(parts + filler)
+            text = "".join(parts + filler)
             n = self._count(text, api)
             first = n if first is None else first
             if best is None or abs(n - target) < abs(best[1] - target):
@@ -263,7 +353,7 @@ class PromptSizer:
             step = delta if delta * last >= 0 else int(math.copysign(max(1, abs(delta) // 2), delta))
             last = delta
             if step > 0:
-                filler = filler + [words[(len(filler) + i) * 7 % len(words)] for i in range(step)]
+                filler = filler + [units[(len(filler) + i) * 7 % len(units)] for i in range(step)]
             else:
                 filler = filler[: max(0, len(filler) + step)]
         return (*best, first)
@@ -274,8 +364,8 @@ class PromptSizer:
             cal = self._cal[api]
             # Seeded by group alone, so a shorter cut of the prefix begins with the same words.
             rng = random.Random(f"prefix:{seed}:{salt}:{group}")
-            words = [rng.choice(cal.words) for _ in range(max(0, tokens - cal.head))]
-            self._prefixes[key] = self._fit([LEAD], words, tokens, api)[:2]
+            units = [rng.choice(cal.units) for _ in range(max(0, tokens - cal.head))]
+            self._prefixes[key] = self._fit([LEAD], units, tokens, api)[:2]
         return self._prefixes[key]
 
     def prompts_for(self, requests: list[PlannedRequest], workload: Workload, *, salt: str = "",
@@ -287,10 +377,10 @@ class PromptSizer:
         every text but keeps the sizes, for runs that must not hit each other's cache."""
         api: Api = workload.api
         cal = self._calibrate(api)
-        base = len(cal.words)
+        base = len(cal.units)
         top = max((r.index for r in requests), default=0)
         digits = max(2, math.ceil(math.log(top + 1, base)) if top > 0 else 1)
-        order = random.Random(f"nonce:{workload.seed}:{salt}").sample(cal.words, base)
+        order = random.Random(f"nonce:{workload.seed}:{salt}").sample(cal.units, base)
         out: dict[int, str] = {}
         pending: dict[int, tuple[list[str], list[str], int]] = {}  # built but not yet counted
         streak = 0
@@ -304,10 +394,10 @@ class PromptSizer:
             nonce = [order[(r.index // base**d) % base] for d in range(digits)]
             nonce = nonce[: max(0, r.prompt_tokens - used)]  # a prompt too short for it cannot be told apart anyway
             rng = random.Random(f"filler:{workload.seed}:{salt}:{r.index}")
-            filler = [rng.choice(cal.words) for _ in range(max(0, r.prompt_tokens - used - len(nonce)))]
+            filler = [rng.choice(cal.units) for _ in range(max(0, r.prompt_tokens - used - len(nonce)))]
             predicted = used + len(nonce) + len(filler)
             if self.verify == "sample" and streak >= TRUST_AFTER and k % SAMPLE_EVERY and predicted == r.prompt_tokens:
-                out[r.index] = " ".join(parts + nonce + filler)
+                out[r.index] = "".join(parts + nonce + filler)
                 pending[r.index] = (parts + nonce, filler, r.prompt_tokens)
                 continue
             text, n, first = self._fit(parts + nonce, filler, r.prompt_tokens, api)

@@ -3,6 +3,7 @@ with variants for a BOS token, multi-token words, a chat template and a tokenize
 additive; plus prefix identity, nonce uniqueness, determinism and the number of /tokenize calls."""
 
 import json
+import re
 import sys
 import types
 from itertools import combinations
@@ -205,3 +206,61 @@ def test_a_tokenizer_without_one_token_words_is_refused():
     s._count_fn = lambda text, api: 2 * len(text.split())
     with pytest.raises(PromptSizingError, match="common words are one token"):
         s.prompts_for(plan(workload())[:5], workload())
+
+
+def vocabulary_tokenizer(kind: str):
+    """A stand-in /tokenize and /detokenize for a tokenizer without whole-word tokens.
+
+    chars: one token per character. pieces: text split before each space, then each piece taken
+    greedily two characters at a time when the pair is in a small vocabulary (as a BPE that merges
+    at most two characters), else one; so no common word of three or more letters is one token."""
+    pairs = {" m", " s", " t", " a", " p", " q", " c", " b", " d", " r", " l", " k", " g", " i", " o", " f",
+             "he", "er", "es", "de", "en", "ok", "in", "on", "at", "ch", "ue", "re"}
+    vocab: dict[str, int] = {}
+
+    def tokens(text: str) -> list[str]:
+        if kind == "chars":
+            return list(text)
+        out = []
+        for piece in re.findall(r" ?[^ ]+| +", text):
+            i = 0
+            while i < len(piece):
+                step = 2 if piece[i:i + 2] in pairs else 1
+                out.append(piece[i:i + step])
+                i += step
+        return out
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            ids = [vocab.setdefault(t, len(vocab)) for t in tokens(body["prompt"])]
+            return httpx.Response(200, json={"count": len(ids), "tokens": ids, "max_model_len": 4096})
+        if request.url.path == "/detokenize":
+            by_id = {i: t for t, i in vocab.items()}
+            return httpx.Response(200, json={"prompt": "".join(by_id[i] for i in body["tokens"])})
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    return httpx.MockTransport(handler), tokens
+
+
+@pytest.mark.parametrize("kind", ["chars", "pieces"])
+def test_a_tokenizer_without_whole_words_is_sized_from_its_own_vocabulary(kind):
+    transport, tokens = vocabulary_tokenizer(kind)
+    s = PromptSizer.for_target(URL, "m", transport=transport)
+    w = workload(requests=120)
+    reqs = plan(w)
+    prompts = s.prompts_for(reqs, w)
+    errors = [len(tokens(prompts[r.index])) - r.prompt_tokens for r in reqs]
+    assert max(map(abs, errors)) <= TOLERANCE_TOKENS
+    assert s._cal["completions"].kind == "pieces"
+    # These two add up piece by piece, so every prompt is exact on its first count.
+    assert errors == [0] * len(reqs) and s.calls <= len(reqs) + 3 + 2 * 50 + 96
+    if kind == "pieces":
+        assert all(u.startswith(" ") for u in s._cal["completions"].units), "space-led pieces are preferred"
+    groups: dict = {}
+    for r in reqs:
+        if r.prefix_group is not None:
+            groups.setdefault(r.prefix_group, []).append(prompts[r.index])
+    for texts in groups.values():  # a group's prompts begin with one text of the prefix's tokens
+        assert len({"".join(tokens(t)[:w.prefix.tokens]) for t in texts}) == 1
+    assert len(set(prompts.values())) == len(prompts)
