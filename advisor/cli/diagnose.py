@@ -81,7 +81,17 @@ def diagnose(
         from advisor.models import served_structure
 
         structure, why_not = served_structure(snap, dep)
-        result = run_diagnosis(snap, rules, slo_spec, model=structure, model_note=why_not)
+        from advisor.workload.tokenize_cost import for_snapshot
+
+        engine_url = url or (dep.baseline_url if dep else None)
+        if at:  # the tokenizer as it is now says nothing about a past window's TTFT
+            tokenization, tok_note = None, "a diagnosis of a past window (--at) does not time the live target"
+        else:
+            if engine_url:
+                err.print("[dim]timing the target's /tokenize at the deployment's prompt lengths[/]", highlight=False)
+            tokenization, tok_note = for_snapshot(snap, engine_url, timeout=settings.timeout)
+        result = run_diagnosis(snap, rules, slo_spec, model=structure, model_note=why_not,
+                               tokenization=tokenization, tokenization_note=tok_note)
         if experiments:
             from advisor.experiments.checks import verify_top_checks
 

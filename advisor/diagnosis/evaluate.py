@@ -12,6 +12,7 @@ from advisor.diagnosis.slo import SLO
 from advisor.models.served import kv_capacity_tokens
 from advisor.models.structure import ModelStructure
 from advisor.units import fmt
+from advisor.workload.tokenize_cost import TokenizationCost
 from probes import Snapshot
 
 
@@ -158,17 +159,30 @@ def model_facts(structure: ModelStructure | None, config: dict) -> dict[str, flo
             "gqa_ratio": structure.gqa_ratio, "experts": float(structure.experts) if structure.experts else 0.0}
 
 
+def measured_facts(tokenization: TokenizationCost | None, note: str | None) -> dict[str, Value]:
+    """What was timed on the target, as the rules read it: each value with what was timed, or why not."""
+    if tokenization is None:
+        return {"tokenization_share": Value(None, f"tokenization was not measured: {note or 'not asked'}", "ratio",
+                                            "tokenization_share")}
+    why = None if tokenization.share is not None else "the deployment's mean TTFT was not measured"
+    return {"tokenization_share": Value(tokenization.share, why, "ratio", "tokenization_share",
+                                        f"{tokenization.endpoint} at the mean prompt length, over ttft_mean")}
+
+
 def diagnose(snapshot: Snapshot, rules: list[Rule], slo: SLO, model: ModelStructure | None = None,
-             model_note: str | None = None) -> Diagnosis:
+             model_note: str | None = None, tokenization: TokenizationCost | None = None,
+             tokenization_note: str | None = None) -> Diagnosis:
     """model: the served model's structure (advisor.models.served_structure); model_note: why it
-    is not known."""
+    is not known. tokenization: the target's /tokenize timed (advisor.workload.tokenize_cost);
+    tokenization_note: why it was not."""
     slo_values = slo.model_dump()
     findings, skipped = [], []
     facts = model_facts(model, snapshot.engine.config)
     missing = f"the served model's structure is not known: {model_note}" if model_note else \
         "the served model's structure is not known"
+    measured = measured_facts(tokenization, tokenization_note)
     for rule in rules:
-        result = evaluate_rule(rule, Context(snapshot, slo_values, rule.params, facts, missing))
+        result = evaluate_rule(rule, Context(snapshot, slo_values, rule.params, facts, missing, measured))
         if isinstance(result, Finding):
             findings.append(result)
         elif isinstance(result, NotEvaluated):
@@ -178,6 +192,7 @@ def diagnose(snapshot: Snapshot, rules: list[Rule], slo: SLO, model: ModelStruct
                      slo=slo_values, findings=findings, not_evaluated=skipped,
                      problems=snapshot.problems, queries=snapshot.queries, model_structure=model,
                      model_note=model_note, kv_bytes_per_token=(facts or {}).get("kv_bytes_per_token"),
-                     kv_capacity_tokens=kv_capacity_tokens(snapshot.engine.config))
+                     kv_capacity_tokens=kv_capacity_tokens(snapshot.engine.config),
+                     tokenization=tokenization, tokenization_note=tokenization_note)
     rank(diag, snapshot)
     return diag

@@ -5,7 +5,8 @@
     {param: min_rate}           a rule parameter (defaults in the rule, overridable by configuration)
     {ratio: [A, B]}             A / B
     {spread: request_rate}      max / median of a signal across replicas
-    {fact: replica_count}       replica_count, gpu_count
+    {fact: replica_count}       replica_count, gpu_count; the served model's (MODEL_FACTS);
+                                what was timed on the target (MEASURED_FACTS)
     {config: enable_prefix_caching}   a configuration value the engine revealed (a string)
     0.5                         a constant
 """
@@ -19,8 +20,9 @@ from typing import Any, Union
 from advisor.errors import AdvisorError
 from probes import Snapshot, signal_defs
 
-FACTS = ("replica_count", "gpu_count", "kv_bytes_per_token", "gqa_ratio", "experts")
+FACTS = ("replica_count", "gpu_count", "kv_bytes_per_token", "gqa_ratio", "experts", "tokenization_share")
 MODEL_FACTS = {"kv_bytes_per_token": "bytes", "gqa_ratio": "x", "experts": ""}
+MEASURED_FACTS = {"tokenization_share": "ratio"}
 
 
 class RuleSyntaxError(AdvisorError, ValueError):
@@ -34,6 +36,7 @@ class Context:
     params: dict[str, float]
     model: dict[str, float | None] | None = None  # MODEL_FACTS of the served model; None: not known
     model_missing: str = "the served model's structure is not known"
+    measured: dict[str, "Value"] = field(default_factory=dict)  # MEASURED_FACTS, each with its source or why missing
 
 
 @dataclass
@@ -98,6 +101,9 @@ class Expr:
             v = (ctx.model or {}).get(self.arg)
             return Value(v, None if v is not None else ctx.model_missing, MODEL_FACTS[self.arg], self.arg,
                          "config.json" if ctx.model else "")
+        if self.kind == "fact" and self.arg in MEASURED_FACTS:
+            return ctx.measured.get(self.arg) or Value(None, f"{self.arg} was not measured",
+                                                       MEASURED_FACTS[self.arg], self.arg)
         if self.kind == "fact":
             # A deployment read without replica labels is still one replica.
             n = max(1, len(snap.replicas)) if self.arg == "replica_count" else len(snap.gpu.devices if snap.gpu else [])

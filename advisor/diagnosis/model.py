@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from advisor.experiments.result import CheckSkip, CheckVerdict
 from advisor.models.structure import ModelStructure
+from advisor.workload.tokenize_cost import TokenizationCost
 from probes import EngineInfo
 
 # "warning": the signal is near its SLO (at the rule's headroom, 80 % by default) and the mechanism
@@ -88,6 +89,9 @@ class Diagnosis(BaseModel):
     model_note: str | None = Field(default=None, description="why the model's structure is not known")
     kv_bytes_per_token: int | None = Field(default=None, description="at the engine's KV cache dtype")
     kv_capacity_tokens: int | None = Field(default=None, description="the KV cache's size, as the engine reports it")
+    tokenization: TokenizationCost | None = Field(default=None, description="the target's /tokenize, timed at the "
+                                                  "deployment's prompt lengths")
+    tokenization_note: str | None = Field(default=None, description="why tokenization was not measured")
 
     @property
     def healthy(self) -> bool:

@@ -115,6 +115,13 @@ class Deployment(_Strict):
         return redact_url(self.endpoints.baseline.rstrip("/"))
 
     @property
+    def baseline_url(self) -> str:
+        """Where the baseline serves, credentials included: for requests, never for showing."""
+        if self.local:
+            return self.target_url
+        return self.endpoints.baseline.rstrip("/")
+
+    @property
     def key(self) -> str:
         """One lock and journal per target."""
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", self.target_url.split("://", 1)[-1])

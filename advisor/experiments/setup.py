@@ -198,6 +198,12 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
     if not knobs.supported(mechanism, dep.engine):
         raise DesignError(f"{mechanism} is not supported on {dep.engine}: "
                           f"{knobs.KNOBS[mechanism].engine(dep.engine).reason}")
+    if mechanism == "api_server_count" and dep.local and any("vllm.entrypoints.openai.api_server" in part
+                                                              for part in dep.local.command):
+        # Only `vllm serve` starts the extra API processes; this entry point would take the flag and
+        # run one process: an A/A run labelled as a test.
+        raise DesignError("api_server_count: the baseline runs vllm.entrypoints.openai.api_server, which serves "
+                          "from one process whatever --api-server-count says; launch it with `vllm serve` to test it")
     if direction is not None and direction not in knobs.DIRECTIONS:
         raise DesignError(f"unknown direction {direction!r}; known: {', '.join(knobs.DIRECTIONS)}")
     value = parse_value(value_text)

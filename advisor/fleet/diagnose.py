@@ -49,5 +49,9 @@ def diagnose(watched: WatchedDeployment, store) -> Saved:
         except AdvisorError:
             dep = None
     structure, why_not = served_structure(snap, dep)
-    result = run_rules(snap, rules, slo, model=structure, model_note=why_not)
+    from advisor.workload.tokenize_cost import for_snapshot
+
+    tokenization, tok_note = for_snapshot(snap, dep.baseline_url if dep else None, timeout=settings.timeout)
+    result = run_rules(snap, rules, slo, model=structure, model_note=why_not, tokenization=tokenization,
+                       tokenization_note=tok_note)
     return Saved(store.save_diagnosis(result, snap, deployment=watched.name), result)

@@ -24,6 +24,8 @@ def render(d: Diagnosis, console: Console) -> None:
     console.print(f"[dim]SLOs: {_e(v.slo)}[/]", highlight=False)
     if v.model_line:
         console.print(f"[dim]model: {_e(v.model_line)}[/]", highlight=False)
+    if v.tokenization_line:
+        console.print(f"[dim]tokenization: {_e(v.tokenization_line)}[/]", highlight=False)
     if not v.findings:
         console.print("[green bold]Healthy:[/] no rule fired.")
     elif v.healthy:

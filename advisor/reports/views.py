@@ -317,6 +317,7 @@ class DiagnosisView:
     deployment: str | None = None
     models: list[str] = field(default_factory=list)  # the engine's served models
     model_line: str | None = None  # the served model's structure and KV cost, or why it is unknown
+    tokenization_line: str | None = None  # the target's tokenization timed, or why it was not
 
 
 def model_line(d: Diagnosis) -> str | None:
@@ -329,6 +330,12 @@ def model_line(d: Diagnosis) -> str | None:
         "KV bytes per token unknown (the KV cache dtype is not known)"
     cap = f", capacity {d.kv_capacity_tokens:,} tokens" if d.kv_capacity_tokens else ""
     return f"{m.describe()}; {kv}{cap} (from {m.source})"
+
+
+def tokenization_line(d: Diagnosis) -> str | None:
+    if d.tokenization is not None:
+        return d.tokenization.summary()
+    return f"not measured: {d.tokenization_note}" if d.tokenization_note else None
 
 
 def _parts(v: CheckVerdict) -> VerdictParts:
@@ -398,7 +405,8 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
                               [EvidenceRow(ev.text, ev.source) for ev in f.evidence],
                               _evidence_chart(f) if charts_on else None) for f in d.findings],
         checks=checks, not_evaluated=[(x.rule_id, x.reason) for x in d.not_evaluated], problems=list(d.problems),
-        experiments=experiments, id=ident, deployment=deployment, models=list(e.models), model_line=model_line(d))
+        experiments=experiments, id=ident, deployment=deployment, models=list(e.models), model_line=model_line(d),
+        tokenization_line=tokenization_line(d))
 
 
 def as_json(view) -> str:

@@ -90,3 +90,36 @@ def test_a_queue_near_the_slo_is_a_warning_with_queueing_first(local_engine, loc
     assert "ttft_p95 / slo:ttft_p95" in signals and signals & {"queue_time_mean / ttft_mean", "requests_waiting_avg"}
     top = min(warning["checks"], key=lambda c: c["rank"])
     assert (top["id"], top["mechanism"]) == ("queueing", "max_num_seqs"), top
+
+
+def test_tokenization_is_timed_and_its_share_of_ttft_grows_with_the_prompts(local_engine, local_prometheus,
+                                                                             background, tmp_path):
+    """One request at a time (no queue), short prompts and then long ones, each read by its own
+    Prometheus: the advisor times the engine's /tokenize at each deployment's own prompt lengths,
+    and the check's share of TTFT is larger for the long prompts (tokenizing grows with the text;
+    the short prompts' tokenization is within the fixed round trip)."""
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("ttft_p95: 0.001\ntpot_p95: 10\ne2e_p99: 1000\nerror_rate: 0.5\n")  # ADV001 fires on any TTFT
+    shares = {}
+    for name, words in (("short", 8), ("long", 1200)):
+        prom = local_prometheus([local_engine.target])
+        background.start(local_engine.url, requests=10_000, duration_s=15, concurrency=1, prompt_words=words,
+                         max_tokens=4, seed=len(shares) + 7)
+        assert background.join()[-1].errors == 0
+        settle()
+        dep = tmp_path / f"{name}.yaml"
+        host, port = local_engine.target.split(":")
+        dep.write_text(f"name: e2e-{name}\nengine: vllm\nmodel: tiny-llama\nlauncher: local\n"
+                       f"local: {{command: [vllm, serve], host: '{host}', port: {port}}}\n")
+        _, d = diagnose_json(prom.url, "--slo", str(slo), "--deployment", str(dep))
+        tok = d["tokenization"]
+        assert tok is not None, d["tokenization_note"]
+        finding = next(f for f in d["findings"] if f["rule_id"] == "ADV001")
+        check = next(c for c in finding["checks"] if c["id"] == "tokenization")
+        [ev] = [e for e in check["evidence"] if e["signal"] == "tokenization_share"]
+        assert ev["source"].startswith(f"POST {local_engine.url}/tokenize"), ev
+        assert ev["value"] == tok["share"] and check["mechanism"] == "api_server_count"
+        shares[name] = tok["share"]
+        print(f"\n{name} prompts: {tok['points']}, base {tok['base_s'] * 1000:.2f} ms, TTFT mean "
+              f"{tok['ttft_mean_s'] * 1000:.1f} ms, share {tok['share'] * 100:.2f} %")
+    assert shares["long"] > shares["short"], shares

@@ -10,6 +10,7 @@ import yaml
 from advisor.diagnosis import SLO, diagnose, load_rules
 from advisor.diagnosis.rules import DOC_FIELDS, parse_rule
 from advisor.models import read
+from advisor.workload.tokenize_cost import TokenizationCost, TokenizePoint
 from probes import EngineInfo, GpuDevice, GpuStatus, Replica, Signal, Snapshot, signal_defs
 from probes.catalog import signal_unit
 
@@ -39,6 +40,18 @@ def snapshot_for(case: dict) -> Snapshot:
     )
 
 
+def tokenized(case: dict, snap) -> TokenizationCost | None:
+    """A case's `tokenization: SECONDS`: what timing /tokenize at the mean prompt length measured."""
+    if "tokenization" not in case:
+        return None
+    cost = case["tokenization"]
+    point = TokenizePoint(length_of="prompt_len_mean", prompt_tokens=int(snap.value("prompt_len_mean") or 100),
+                          round_trip_s=0.002 + cost, cost_s=cost)
+    ttft = snap.value("ttft_mean")
+    return TokenizationCost(endpoint="POST http://engine.test/tokenize", model="m", rounds=7, base_s=0.002,
+                            points=[point], ttft_mean_s=ttft, share=cost / ttft if ttft else None)
+
+
 def _cases():
     for path in sorted(CASES.glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
@@ -52,7 +65,8 @@ def test_rule_case(rule_id, case):
     if "overrides" in case:
         rule = parse_rule(yaml.safe_load(rule.path.read_text()), rule.path, case["overrides"])
     model = read(MODELS / f"{case['model']}.json") if "model" in case else None
-    result = diagnose(snapshot_for(case), [rule], SLO(**case.get("slo", {})), model=model)
+    snap = snapshot_for(case)
+    result = diagnose(snap, [rule], SLO(**case.get("slo", {})), model=model, tokenization=tokenized(case, snap))
     expect = case["expect"]
     mine = [f for f in result.findings if f.rule_id == rule_id]
     finding = next((f for f in mine if f.severity != "warning"), None)
