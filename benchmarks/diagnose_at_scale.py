@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _peers import peer_command  # noqa: E402
+
 from advisor.localstack import LocalPrometheus  # noqa: E402
 from advisor.localstack.paths import advisor_home  # noqa: E402
 from tests.scenarios import generate as gen  # noqa: E402

@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _peers import peer_command
+
 from advisor.loadgen.loop import run_load
 from advisor.localstack import paths
 

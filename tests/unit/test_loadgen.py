@@ -86,8 +86,8 @@ def test_warmup_is_excluded():
 
 
 def test_a_generator_that_falls_behind_is_invalid_and_says_why():
-    from advisor.loadgen.runner import Run
     from advisor.loadgen.record import RequestRecord
+    from advisor.loadgen.runner import Run
 
     recs = [RequestRecord(i, "b", 10, 8, scheduled_s=i * 0.01, sent_s=i * 0.01 + 0.2, status="ok") for i in range(50)]
     s = summarize(Run(records=recs, started_at=0, wall_s=1, planned_span_s=0.49))
