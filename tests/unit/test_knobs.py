@@ -16,7 +16,7 @@ from probes import signal_defs
 # DESIGN.md section 6, the mechanism vocabulary, in its order.
 VOCABULARY = ["max_num_seqs", "max_num_batched_tokens", "chunked_prefill", "prefix_caching", "kv_cache_dtype",
               "quantization", "speculative", "tensor_parallel", "data_parallel", "replicas",
-              "gpu_memory_utilization", "scheduling_policy", "enforce_eager", "api_server_count"]
+              "gpu_memory_utilization", "scheduling_policy", "enforce_eager", "api_server_count", "expert_parallel"]
 
 # The flags that worked for the CPU engine on these machines (DESIGN.md section 7), plus the knob under test.
 VLLM_BASE = ["-m", "vllm.entrypoints.openai.api_server", "--model", "/models/tiny-llama", "--served-model-name",
@@ -28,7 +28,7 @@ SPEC_NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max
 SAMPLES = {"max_num_seqs": 8, "max_num_batched_tokens": 4096, "chunked_prefill": False, "prefix_caching": False,
            "kv_cache_dtype": "fp8", "quantization": "fp8", "tensor_parallel": 2, "data_parallel": 2,
            "replicas": 3, "gpu_memory_utilization": 0.8, "scheduling_policy": "priority", "enforce_eager": True,
-           "api_server_count": 2}
+           "api_server_count": 2, "expert_parallel": True}
 SPEC_SAMPLES = {"vllm": SPEC_NGRAM, "sglang": {"method": "ngram", "num_speculative_tokens": 4},
                 "tgi": {"method": "ngram", "num_speculative_tokens": 3},
                 "llamacpp": {"method": "draft_model", "model": "draft.gguf", "num_speculative_tokens": 8}}
@@ -323,7 +323,8 @@ def test_the_expected_pairs_are_unsupported():
         ("chunked_prefill", "tgi"), ("chunked_prefill", "llamacpp"), ("quantization", "llamacpp"),
         ("tensor_parallel", "llamacpp"), ("data_parallel", "tgi"), ("data_parallel", "llamacpp"),
         ("gpu_memory_utilization", "llamacpp"), ("scheduling_policy", "tgi"), ("scheduling_policy", "llamacpp"),
-        ("api_server_count", "llamacpp")}
+        ("api_server_count", "llamacpp"), ("expert_parallel", "sglang"), ("expert_parallel", "tgi"),
+        ("expert_parallel", "llamacpp")}
     assert all(KNOBS[m].engines["vllm"].supported for m in VOCABULARY)
 
 
