@@ -6,7 +6,7 @@ bottleneck gives a fake optimisation (map: "Fix supply and demand first")."""
 from __future__ import annotations
 
 from advisor.diagnosis.model import Check, Diagnosis
-from advisor.knobs import already_candidate
+from advisor.knobs import already_by_default, already_candidate
 from advisor.units import fmt
 from probes import Snapshot
 
@@ -45,6 +45,11 @@ def rank(diag: Diagnosis, snap: Snapshot) -> None:
             c.already = already_candidate(c.mechanism, snap.engine.config)
             if c.already:
                 why.append(f"{c.already} (read from {snap.engine.config_source}): not recommended as 'turn it on'")
+            else:
+                c.already = already_by_default(c.mechanism, c.direction, snap.engine.kind, snap.engine.version,
+                                               snap.engine.config)
+                if c.already:
+                    why.append(f"{c.already}: not recommended as 'turn it {c.direction}'")
             if c.stage == "compute_path" and pressure:
                 c.held_back = True
                 why.append(f"held back: {pressure}; fix supply and demand before comparing kernels, "

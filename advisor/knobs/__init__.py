@@ -81,8 +81,25 @@ def already_candidate(mechanism: str, config: dict[str, str]) -> str | None:
     return _revealed.already_candidate(KNOBS, mechanism, config)
 
 
+def already_by_default(mechanism: str, direction: str | None, engine: str | None, version: str | None,
+                       config: dict[str, str]) -> str | None:
+    """A sentence when a feature the check would turn on is on by default in this engine and version
+    (chunked prefill in vLLM's V1 engine) and the engine does not reveal its value: likely in effect.
+    Only features turned on: a switch turned off (drop --enforce-eager) is too often set by hand."""
+    knob = KNOBS.get(mechanism)
+    if knob is None or knob.value.type != "bool" or direction != "on" or not engine or not version:
+        return None
+    if knob.config_key and config.get(knob.config_key) not in (None, ""):
+        return None  # revealed: already_candidate's to judge
+    d = _candidates.engine_default(knob, engine, version)
+    if d is None or not d.known or d.value is not True:
+        return None
+    return (f"{mechanism} is on by default in {engine} {version} ({d.note or 'the catalog default'}), "
+            "unless the deployment's flags turned it off")
+
+
 __all__ = [
     "CLIENT_METRICS", "CatalogError", "DIRECTIONS", "ENGINES", "ENGINE_INFO", "EngineSpec", "KNOBS", "Knob", "KnobError",
-    "Readout", "Rendered", "ValueSpec", "already_candidate", "apply", "current_value", "default_candidate",
+    "Readout", "Rendered", "ValueSpec", "already_by_default", "already_candidate", "apply", "current_value", "default_candidate",
     "effective_value", "render", "supported", "validate",
 ]

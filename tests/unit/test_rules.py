@@ -33,7 +33,8 @@ def snapshot_for(case: dict) -> Snapshot:
     assert not unknown, f"case names unknown signals {unknown}"
     return Snapshot(
         target="case", via="engine", window_s=60, taken_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
-        engine=EngineInfo(kind="vllm", config=case.get("config", {}), config_source="case config"),
+        engine=EngineInfo(kind="vllm", version=case.get("version"), config=case.get("config", {}),
+                          config_source="case config"),
         signals=_signals(case.get("signals", {})),
         replicas=[Replica(labels={"pod": f"p{i}"}, signals=_signals(r)) for i, r in enumerate(case.get("replicas", []))],
         gpu=GpuStatus(available=True, source="case", devices=[GpuDevice(index=i) for i in range(case.get("gpus", 0))]),
