@@ -11,7 +11,6 @@ weight's own bytes, so a 4-bit group-128 recipe reads a little over 4 bits per w
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from advisor.models.safetensors import SafetensorsError, Tensor, read_header
-from advisor.models.structure import ModelConfigError
+from advisor.models.structure import ModelConfigError, declared_quantization
 
 # Tensor-name suffixes that belong to one quantized weight (its packed values and their side data).
 _PARTS = re.compile(r"\.(weight|qweight|weight_packed|scales|qzeros|g_idx|weight_scale|weight_scale_inv|"
@@ -150,13 +149,7 @@ def inspect(path: Path | str) -> Inspection:
     """Raises ModelConfigError (SafetensorsError for a bad file) in one line."""
     path = Path(path)
     files, config_path = _files(path)
-    q = None
-    if config_path is not None:
-        try:
-            config = json.loads(config_path.read_text())
-        except (OSError, ValueError) as e:
-            raise ModelConfigError(f"{config_path}: not readable JSON ({e})") from None
-        q = config.get("quantization_config") or (config.get("text_config") or {}).get("quantization_config")
+    q = declared_quantization(config_path) if config_path is not None else None
     tensors: list[Tensor] = []
     meta: dict[str, str] = {}
     for f in files:

@@ -134,8 +134,7 @@ def parse(cfg: dict, source: str = "config.json") -> ModelStructure:
         max_position_embeddings=_int(text, "max_position_embeddings", "n_positions"))
 
 
-def read(path: Path) -> ModelStructure:
-    """config.json at path (a file, or a model folder holding one)."""
+def _load(path: Path) -> tuple[dict, Path]:
     file = path / "config.json" if path.is_dir() else path
     try:
         raw = json.loads(file.read_text(encoding="utf-8"))
@@ -145,4 +144,20 @@ def read(path: Path) -> ModelStructure:
         raise ModelConfigError(f"{file}: cannot read it ({e})") from None
     except json.JSONDecodeError as e:
         raise ModelConfigError(f"{file}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    if not isinstance(raw, dict):
+        raise ModelConfigError(f"{file}: not a JSON object")
+    return raw, file
+
+
+def read(path: Path) -> ModelStructure:
+    """config.json at path (a file, or a model folder holding one)."""
+    raw, file = _load(path)
     return parse(raw, str(file))
+
+
+def declared_quantization(path: Path) -> dict | None:
+    """The quantization_config a checkpoint's config.json declares (also in a multimodal model's
+    text_config), read even where the rest of the config is not a text model's."""
+    raw, _ = _load(path)
+    q = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
+    return q if isinstance(q, dict) else None
