@@ -324,6 +324,9 @@ def _engine_info(dialect: Dialect, models: Primitive | None, infos: dict[str, Pr
                          key=lambda c: sorted(c.items()))
         info.config = configs[0]
         info.config_source = f"Prometheus: {prim.expr}"
+        # Only V1's metrics logger labels its series by engine index (vllm/v1/metrics/loggers.py).
+        if dialect.engine == "vllm" and any("engine" in r.get("metric", {}) for r in rows[prim]):
+            info.generation = "V1"
         if any(c != configs[0] for c in configs[1:]):
             info.problems.append(f"{name} differs across {len(configs)} replicas; showing the first")
     return info

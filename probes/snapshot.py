@@ -53,6 +53,8 @@ class EngineInfo(BaseModel):
     models: list[str] = []
     roots: list[str] = Field(default=[], description="what each served model was loaded from (/v1/models root)")
     max_model_len: int | None = None
+    generation: str | None = Field(default=None, description="vLLM's engine generation (V1) where the metrics "
+                                   "show it and the version is not read")
     config: dict[str, Any] = Field(default_factory=dict, description="configuration the engine reveals")
     config_source: str | None = None
     problems: list[str] = []

@@ -142,7 +142,7 @@ def evaluate_rule(rule: Rule, ctx: Context) -> Finding | NotEvaluated | None:
         ev += [_evidence(p, None, None) for p in v.parts if p.value is not None and p.label != v.label]
         checks.append(Check(
             id=spec.id, rule_id=rule.id, title=spec.title, stage=spec.stage, mechanism=spec.mechanism,
-            readout=spec.readout, score=0.0, strength=strength,
+            readout=spec.readout, score=0.0, strength=strength, strength_if_missing=spec.if_missing,
             reason="" if strength is not None else f"evidence missing ({v.missing})",
             look_at=spec.look_at, directions=spec.directions, direction=spec.direction, evidence=ev))
     return Finding(rule_id=rule.id, name=rule.name, symptom=rule.symptom, layer=rule.layer,

@@ -44,6 +44,8 @@ class Check(BaseModel):
     readout: str
     score: float
     strength: float | None
+    strength_if_missing: float | None = Field(default=None, description="the strength ranked with when the "
+                                              "evidence is missing (the rule's; else the ranking's default)")
     reason: str
     held_back: bool = False
     already: str | None = Field(default=None, description="the mechanism is already in its candidate state")

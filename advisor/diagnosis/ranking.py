@@ -30,6 +30,12 @@ def queue_pressure(snap: Snapshot) -> str | None:
     return None
 
 
+def _v1_floor(snap: Snapshot) -> str | None:
+    """A lower bound of a vLLM whose version was not read (through Prometheus) but whose metrics are
+    V1's (probes/prometheus.py): V1 is vLLM's engine from 0.8.0 on, where the catalog's V1 defaults begin."""
+    return "0.8.0" if snap.engine.kind == "vllm" and snap.engine.generation == "V1" else None
+
+
 def rank(diag: Diagnosis, snap: Snapshot) -> None:
     pressure = queue_pressure(snap)
     checks: list[Check] = []
@@ -37,7 +43,8 @@ def rank(diag: Diagnosis, snap: Snapshot) -> None:
     for f in diag.findings:
         sev = SEVERITY_WEIGHT[f.severity]
         for c in f.checks:
-            strength = c.strength if c.strength is not None else UNKNOWN_STRENGTH
+            strength = c.strength if c.strength is not None else \
+                (c.strength_if_missing if c.strength_if_missing is not None else UNKNOWN_STRENGTH)
             c.score = round(strength * STAGE_WEIGHT[c.stage] * sev, 4)
             why = [f"{STAGE_NAME[c.stage]} (weight {STAGE_WEIGHT[c.stage]:g})",
                    f"evidence strength {strength:.2f}" + ("" if c.strength is not None else f" assumed: {c.reason}"),
@@ -46,8 +53,10 @@ def rank(diag: Diagnosis, snap: Snapshot) -> None:
             if c.already:
                 why.append(f"{c.already} (read from {snap.engine.config_source}): not recommended as 'turn it on'")
             else:
-                c.already = already_by_default(c.mechanism, c.direction, snap.engine.kind, snap.engine.version,
-                                               snap.engine.config)
+                floor = None if snap.engine.version else _v1_floor(snap)
+                c.already = already_by_default(c.mechanism, c.direction, snap.engine.kind,
+                                               snap.engine.version or floor, snap.engine.config,
+                                               "vLLM's V1 engine (its metrics are V1's)" if floor else None)
                 if c.already:
                     why.append(f"{c.already}: not recommended as 'turn it {c.direction}'")
             if c.stage == "compute_path" and pressure:

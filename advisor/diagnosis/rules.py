@@ -52,6 +52,7 @@ class CheckSpec:
     mechanism: str
     readout: str
     direction: str = "up"  # what the check prescribes for its mechanism: up, down, on or off
+    if_missing: float | None = None  # strength ranked with when the evidence is missing (None: the default)
 
 
 @dataclass
@@ -141,6 +142,12 @@ def _check(raw: Any, where: str, params: dict, slos: set[str]) -> CheckSpec:
     lo, hi = _need(s, "low", f"{where}.strength", (int, float)), _need(s, "high", f"{where}.strength", (int, float))
     if lo == hi:
         raise RuleSyntaxError(f"{where}.strength: low and high must differ")
+    unknown = set(s) - {"low", "high", "if_missing"}
+    if unknown:
+        raise RuleSyntaxError(f"{where}.strength: unknown key {sorted(unknown)[0]!r} (known: low, high, if_missing)")
+    if_missing = s.get("if_missing")
+    if if_missing is not None and (not _finite(if_missing) or not 0 <= if_missing <= 1):
+        raise RuleSyntaxError(f"{where}.strength.if_missing: a number from 0 to 1, got {if_missing!r}")
     directions = _need(raw, "directions", where, list)
     if "direction" not in raw:
         raise RuleSyntaxError(f"{where}: missing required field 'direction' ({', '.join(DIRECTIONS)}: "
@@ -157,7 +164,8 @@ def _check(raw: Any, where: str, params: dict, slos: set[str]) -> CheckSpec:
         id=_need(raw, "id", where), title=_need(raw, "title", where), stage=stage,
         evidence=parse_expr(_need(raw, "evidence", where, (dict, int, float)), f"{where}.evidence", params, slos),
         strength=(float(lo), float(hi)), look_at=_need(raw, "look_at", where),
-        directions=[str(d) for d in directions], mechanism=mech, readout=readout, direction=direction)
+        directions=[str(d) for d in directions], mechanism=mech, readout=readout, direction=direction,
+        if_missing=None if if_missing is None else float(if_missing))
 
 
 DOC_FIELDS = ("detects", "evidence", "change", "references")

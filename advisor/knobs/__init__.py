@@ -82,7 +82,7 @@ def already_candidate(mechanism: str, config: dict[str, str]) -> str | None:
 
 
 def already_by_default(mechanism: str, direction: str | None, engine: str | None, version: str | None,
-                       config: dict[str, str]) -> str | None:
+                       config: dict[str, str], shown_as: str | None = None) -> str | None:
     """A sentence when a feature the check would turn on is on by default in this engine and version
     (chunked prefill in vLLM's V1 engine) and the engine does not reveal its value: likely in effect.
     Only features turned on: a switch turned off (drop --enforce-eager) is too often set by hand."""
@@ -94,7 +94,7 @@ def already_by_default(mechanism: str, direction: str | None, engine: str | None
     d = _candidates.engine_default(knob, engine, version)
     if d is None or not d.known or d.value is not True:
         return None
-    return (f"{mechanism} is on by default in {engine} {version} ({d.note or 'the catalog default'}), "
+    return (f"{mechanism} is on by default in {shown_as or f'{engine} {version}'} ({d.note or 'the catalog default'}), "
             "unless the deployment's flags turned it off")
 
 

@@ -31,6 +31,8 @@ def write_rule(tmp_path: Path, mutate) -> Path:
     (lambda r: r["checks"][0].update(readout="speed"), r"readout: unknown signal 'speed'"),
     (lambda r: r.update(checks=[]), r"checks: a rule needs at least one check"),
     (lambda r: r["checks"][0]["strength"].update(low=1, high=1), r"strength: low and high must differ"),
+    (lambda r: r["checks"][0]["strength"].update(if_missing=2), r"strength.if_missing: a number from 0 to 1, got 2"),
+    (lambda r: r["checks"][0]["strength"].update(mid=0.5), r"strength: unknown key 'mid'"),
 ])
 def test_malformed_rule_names_file_and_field(tmp_path, mutate, message):
     with pytest.raises(RuleError, match=message):
