@@ -50,7 +50,7 @@ class TokenizationCost(BaseModel):
 
     def summary(self) -> str:
         parts = [f"{p.cost_s * 1000:.2f} ms at {p.prompt_tokens} tokens ({p.length_of})" for p in self.points]
-        share = f"{self.share * 100:.1f} % of the mean TTFT" if self.share is not None else "TTFT not measured"
+        share = f"{self.share * 100:.2g} % of the mean TTFT" if self.share is not None else "TTFT not measured"
         return (f"tokenizing takes {', '.join(parts)}: {share}; timed by {self.endpoint} "
                 f"({self.rounds} rounds, less the {self.base_s * 1000:.2f} ms one-token round trip)")
 
