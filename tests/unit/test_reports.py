@@ -86,3 +86,27 @@ def test_where_the_experiment_stopped_is_in_text_and_markdown():
     assert "2 looks, 536 requests" in text
     md = markdown_diagnosis(d)
     assert "stopped: decisive at look 2" in md
+
+
+def test_the_tokenization_timed_is_a_line_of_every_report_and_its_endpoint_is_escaped():
+    from advisor.reports.documents import diagnosis_document
+    from advisor.workload.tokenize_cost import TokenizationCost, TokenizePoint
+
+    snap = snapshot_for({**CASE, "signals": {**CASE["signals"], "prompt_len_mean": 900}})
+    cost = TokenizationCost(endpoint="POST http://engine<b>x</b>:8000/tokenize", model="m", rounds=7, base_s=0.003,
+                            points=[TokenizePoint(length_of="prompt_len_mean", prompt_tokens=900, round_trip_s=0.012,
+                                                  cost_s=0.009)], ttft_mean_s=1.8, share=0.009 / 1.8)
+    d = diagnose(snap, load_rules(), SLO(), tokenization=cost)
+    check = next(c for c in d.checks if c.id == "tokenization")
+    assert check.strength is not None and check.evidence[0].source.startswith("POST http://engine<b>x</b>:8000/tokenize")
+    line = "tokenizing takes 9.00 ms at 900 tokens (prompt_len_mean): 0.5 % of the mean TTFT"
+    buf = io.StringIO()
+    render_text(d, Console(file=buf, width=400))
+    assert line in buf.getvalue()
+    md = markdown_diagnosis(d)
+    assert line in md and "<b>x</b>" not in md
+    html = diagnosis_document(d, "html")
+    assert line in html and "engine&lt;b&gt;x&lt;/b&gt;" in html and "<b>x</b>" not in html
+    untimed = diagnose(snap, load_rules(), SLO(), tokenization_note="no engine URL to time /tokenize at")
+    assert "Tokenization: not measured: no engine URL" in markdown_diagnosis(untimed)
+    assert next(c for c in untimed.checks if c.id == "tokenization").score == 0
