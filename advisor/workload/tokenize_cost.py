@@ -25,6 +25,7 @@ from probes.errors import TargetUnreachable
 from probes.http import HttpConfig, client, redact_url, request, split_userinfo
 
 ROUNDS = 7
+_clock = time.perf_counter  # a module attribute, so that unit tests can time a stand-in without sleeping
 # Which of the deployment's prompt lengths are timed, by the snapshot signal that gives each.
 LENGTHS = ("prompt_len_mean", "prompt_len_p95")
 
@@ -81,13 +82,13 @@ def measure(url: str, model: str, lengths: dict[str, int], *, rounds: int = ROUN
     with client(cfg.with_(auth=userinfo) if userinfo else cfg, transport=transport) as c:
         for _ in range(rounds):
             for r in reqs:
-                started = time.perf_counter()
+                started = _clock()
                 try:
                     answer = request(c, "POST", bare + "/tokenize", what="engine",
                                      json={"model": model, "prompt": prompts[r.index]})
                 except TargetUnreachable as e:
                     raise TokenizationNotMeasured(f"{redact_url(bare)}/tokenize unreachable: {e}") from None
-                elapsed = time.perf_counter() - started
+                elapsed = _clock() - started
                 if answer.status_code != 200:
                     raise TokenizationNotMeasured(f"{redact_url(bare)}/tokenize answered HTTP {answer.status_code}")
                 times[r.index].append(elapsed)
