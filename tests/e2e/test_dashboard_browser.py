@@ -42,9 +42,14 @@ def browser():
 
 
 def wait_for(condition, timeout: float, what: str, step: float = 0.5):
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = condition()
+        try:
+            value = condition()
+        except StaleElementReferenceException:  # the page swapped the element while it was read: read again
+            value = None
         if value:
             return value
         time.sleep(step)

@@ -94,17 +94,20 @@ def test_a_queue_near_the_slo_is_a_warning_with_queueing_first(local_engine, loc
 
 def test_tokenization_is_timed_and_its_share_of_ttft_grows_with_the_prompts(local_engine, local_prometheus,
                                                                              background, tmp_path):
-    """One request at a time (no queue), short prompts and then long ones, each read by its own
-    Prometheus: the advisor times the engine's /tokenize at each deployment's own prompt lengths,
-    and the check's share of TTFT is larger for the long prompts (tokenizing grows with the text;
-    the short prompts' tokenization is within the fixed round trip)."""
+    """Short prompts, then long ones, each read by its own Prometheus: the advisor times the
+    engine's /tokenize at each deployment's own prompt lengths, and the check's share of TTFT is
+    larger for the long prompts. Tokenizing grows with the text (the short prompts' is within the
+    one-token round trip); TTFT is set apart on purpose, so that timing noise cannot swap the two:
+    the short prompts queue (6 in flight, 2 slots), the long ones share all but their last words,
+    which the prefix cache serves, so their prefill is short."""
     slo = tmp_path / "slo.yaml"
     slo.write_text("ttft_p95: 0.001\ntpot_p95: 10\ne2e_p99: 1000\nerror_rate: 0.5\n")  # ADV001 fires on any TTFT
     shares = {}
-    for name, words in (("short", 8), ("long", 1200)):
+    costs = {}
+    for name, words, concurrency, shared in (("short", 8, 6, 0), ("long", 1200, 1, 1190)):
         prom = local_prometheus([local_engine.target])
-        background.start(local_engine.url, requests=10_000, duration_s=15, concurrency=1, prompt_words=words,
-                         max_tokens=4, seed=len(shares) + 7)
+        background.start(local_engine.url, requests=10_000, duration_s=15, concurrency=concurrency,
+                         prompt_words=words, shared_prefix_words=shared, max_tokens=4, seed=len(shares) + 7)
         assert background.join()[-1].errors == 0
         settle()
         dep = tmp_path / f"{name}.yaml"
@@ -120,6 +123,8 @@ def test_tokenization_is_timed_and_its_share_of_ttft_grows_with_the_prompts(loca
         assert ev["source"].startswith(f"POST {local_engine.url}/tokenize"), ev
         assert ev["value"] == tok["share"] and check["mechanism"] == "api_server_count"
         shares[name] = tok["share"]
+        costs[name] = next(p["cost_s"] for p in tok["points"] if p["length_of"] == "prompt_len_mean")
         print(f"\n{name} prompts: {tok['points']}, base {tok['base_s'] * 1000:.2f} ms, TTFT mean "
               f"{tok['ttft_mean_s'] * 1000:.1f} ms, share {tok['share'] * 100:.2f} %")
+    assert costs["long"] > costs["short"] + 0.001, costs  # 1200 tokens take milliseconds to tokenize
     assert shares["long"] > shares["short"], shares
