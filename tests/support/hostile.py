@@ -84,9 +84,14 @@ def dribbling_server(where: str) -> Iterator[str]:
 
 
 @contextmanager
-def silent_server() -> Iterator[str]:
-    """Accepts, reads the request, and never answers."""
-    with serving(lambda conn, stop: stop.wait()) as url:
+def silent_server(asked: threading.Event | None = None) -> Iterator[str]:
+    """Accepts, reads the request, and never answers; `asked` is set once a request was read."""
+    def handle(conn: socket.socket, stop: threading.Event) -> None:
+        if asked is not None:
+            asked.set()
+        stop.wait()
+
+    with serving(handle) as url:
         yield url
 
 

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -23,18 +24,21 @@ def start(*args: str, env: dict | None = None) -> subprocess.Popen:
                             env={**os.environ, **(env or {})})
 
 
-def wait_started(proc: subprocess.Popen, seconds: float = 2.5) -> None:
-    """Past the imports, into the request (the interpreter start is not what is measured)."""
-    time.sleep(seconds)
+def wait_started(proc: subprocess.Popen, asked: threading.Event) -> None:
+    """Past the imports, into the request (the interpreter start is not what is measured): the
+    server has read the command's first request. A fixed sleep was not enough under four test
+    workers on two cores, where the imports alone can take longer."""
+    assert asked.wait(60), "the command sent no request within 60 s"
     assert proc.poll() is None, proc.communicate()
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 @pytest.mark.parametrize("mode", ["--prom-url", "--url"])
 def test_a_signal_stops_a_waiting_probe_within_a_second(sig, code, mode):
-    with silent_server() as url:
+    asked = threading.Event()
+    with silent_server(asked) as url:
         proc = start("probe", mode, url, "--window", "2s", env={"ADVISOR_TIMEOUT": "30"})
-        wait_started(proc)
+        wait_started(proc, asked)
         sent = time.monotonic()
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=10)
