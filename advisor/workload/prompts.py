@@ -77,19 +77,25 @@ class PromptSizingError(WorkloadError):
 Api = Literal["completions", "chat"]
 
 
+def engine_client(url: str, timeout: float, transport: httpx.BaseTransport | None = None,
+                  http: HttpConfig | None = None) -> tuple[str, httpx.Client]:
+    """(the engine's base URL without credentials, a client for it): each request within one
+    deadline (timeout); TLS and credentials from `http`, else from the settings (advisor/net.py),
+    and any user:password in the URL."""
+    from advisor import net
+
+    bare, userinfo = split_userinfo(url.rstrip("/"))
+    cfg = (http or net.config("engine", url=bare)).with_(timeout=timeout)
+    return bare, http_client(cfg.with_(auth=userinfo) if userinfo else cfg, transport=transport)
+
+
 class _EngineCounter:
     """Counts through the engine's POST /tokenize (vLLM, SGLang: {"model", "prompt"|"messages"} -> {"count"})."""
 
     def __init__(self, url: str, model: str, timeout: float, transport: httpx.BaseTransport | None,
                  http: HttpConfig | None = None):
-        url, userinfo = split_userinfo(url)
-        self.url, self.model = url.rstrip("/"), model
-        # Each count within one request deadline (timeout); TLS and credentials from `http`, else
-        # from the settings (advisor/net.py).
-        from advisor import net
-
-        cfg = (http or net.config("engine", url=url)).with_(timeout=timeout)
-        self._http = http_client(cfg.with_(auth=userinfo) if userinfo else cfg, transport=transport)
+        self.url, self._http = engine_client(url, timeout, transport, http)
+        self.model = model
 
     def __call__(self, text: str, api: Api) -> int:
         body = {"model": self.model}

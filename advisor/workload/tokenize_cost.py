@@ -22,7 +22,7 @@ from advisor.workload.plan import PlannedRequest
 from advisor.workload.prompts import PromptSizer
 from advisor.workload.spec import Workload
 from probes.errors import TargetUnreachable
-from probes.http import HttpConfig, client, redact_url, request, split_userinfo
+from probes.http import HttpConfig, redact_url, request
 
 ROUNDS = 7
 _clock = time.perf_counter  # a module attribute, so that unit tests can time a stand-in without sleeping
@@ -63,10 +63,8 @@ class TokenizationNotMeasured(AdvisorError):
 def measure(url: str, model: str, lengths: dict[str, int], *, rounds: int = ROUNDS, timeout: float = 10.0,
             http: HttpConfig | None = None, transport: httpx.BaseTransport | None = None) -> TokenizationCost:
     """Time /tokenize at each length (signal name -> tokens). Raises TokenizationNotMeasured."""
-    from advisor import net
-    from advisor.workload.prompts import PromptSizingError
+    from advisor.workload.prompts import PromptSizingError, engine_client
 
-    bare, userinfo = split_userinfo(url.rstrip("/"))
     wanted = {"one token": 1, **{k: max(1, int(v)) for k, v in lengths.items()}}
     try:
         sizer = PromptSizer.for_target(url, model, timeout=timeout, http=http, transport=transport)
@@ -77,9 +75,9 @@ def measure(url: str, model: str, lengths: dict[str, int], *, rounds: int = ROUN
         prompts = sizer.prompts_for(reqs, w, salt="tokenize-cost")
     except PromptSizingError as e:
         raise TokenizationNotMeasured(f"cannot build prompts to time: {e}") from None
-    cfg = (http or net.config("engine", url=bare)).with_(timeout=timeout)
     times: dict[int, list[float]] = {r.index: [] for r in reqs}
-    with client(cfg.with_(auth=userinfo) if userinfo else cfg, transport=transport) as c:
+    bare, c = engine_client(url, timeout, transport, http)
+    with c:
         for _ in range(rounds):
             for r in reqs:
                 started = _clock()
