@@ -17,14 +17,15 @@ app.add_typer(model_app, name="model")
 
 @model_app.command("inspect")
 def model_inspect(
-    path: Annotated[Path, typer.Argument(help="A safetensors checkpoint: its folder (with config.json) or one .safetensors file.")],
+    path: Annotated[Path, typer.Argument(help="A safetensors checkpoint (its folder, with config.json, or one .safetensors file) or a GGUF file (or a folder holding one).")],
     output: Annotated[Output, typer.Option("--output", "-o", help="text for people, json for machines.")] = Output.text,
 ) -> None:
     """The container, each tensor's numeric format, the weight-encoding recipe, and which roles got
-    which format, with the actual bits per weight from byte sizes (never from the name) and the
-    calibration data the checkpoint records. Headers only: no weight is loaded.
+    which format (by layer where they differ), with the actual bits per weight from byte sizes
+    (never from the name) and the calibration data or imatrix the file records. Headers only: no
+    weight is loaded.
 
-    Exit codes: 0 read, 2 not readable (no such path, a truncated file, a header that lies about sizes).
+    Exit codes: 0 read, 2 not readable (no such path, a truncated file, a wrong magic, a header that lies about sizes, an unknown tensor type).
     """
     from advisor.errors import AdvisorError
     from advisor.models.inspect import inspect

@@ -3,7 +3,9 @@ format of each tensor, the weight-encoding recipe, and the allocation (which rol
 which format), with the actual bits per weight computed from byte sizes and element counts, never
 from the name.
 
-Safetensors checkpoints (a folder of *.safetensors with its config.json, or one file). Packed
+Safetensors checkpoints (a folder of *.safetensors with its config.json, or one file) are read
+here; GGUF files (one file, or a folder holding one) in gguf_inspect.py; both fill one Inspection
+(four_layers.py). Packed
 integer weights (AWQ, GPTQ, compressed-tensors' pack-quantized) are counted in logical weights:
 an I32 element holds 32 / bits of them; their scales, zero points and group indices count as the
 weight's own bytes, so a 4-bit group-128 recipe reads a little over 4 bits per weight.
@@ -15,8 +17,7 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel, Field
-
+from advisor.models.four_layers import Inspection, RoleRow, RoleTally, name_bpw, pattern
 from advisor.models.safetensors import SafetensorsError, Tensor, read_header
 from advisor.models.structure import ModelConfigError, declared_quantization
 
@@ -35,46 +36,9 @@ _ROLES = [("embeddings", r"embed_tokens|\bwte\b|word_embeddings|tok_embeddings")
           ("ffn_gate", r"gate_proj|\bw1\b"), ("ffn_up", r"up_proj|\bw3\b|dense_h_to_4h|c_fc"),
           ("ffn_down", r"down_proj|\bw2\b|dense_4h_to_h|c_proj"), ("router", r"\.gate$|router"),
           ("norm", r"norm|\bln_")]
+_LAYER = re.compile(r"\b(?:layers|h|blocks|layer)\.(\d+)\.")
 _FORMAT = {"BF16": "BF16", "F16": "F16", "F32": "F32", "F64": "F64", "F8_E4M3": "FP8 E4M3", "F8_E5M2": "FP8 E5M2",
            "I8": "INT8", "U8": "UINT8", "F4": "FP4"}
-
-
-class RoleRow(BaseModel):
-    role: str
-    formats: dict[str, int] = Field(description="numeric format -> weights (modules) of this role in it")
-    params: int = Field(description="logical weights")
-    bytes: int
-    bpw: float
-
-
-class Inspection(BaseModel):
-    path: str
-    container: str
-    files: int
-    metadata: dict[str, str] = {}
-    quantization_config: dict | None = None
-    recipe: str
-    formats: dict[str, int] = Field(description="numeric format -> logical weights in it")
-    roles: list[RoleRow]
-    pattern: str
-    params: int
-    bytes: int
-    bpw: float = Field(description="actual bits per weight: every tensor's bytes over the logical weights")
-    name_bpw: float | None = Field(default=None, description="what the name suggests, when it says")
-    calibration: str
-
-    def text(self) -> str:
-        lines = [f"{self.path}: {self.container}, {self.files} file{'s' if self.files != 1 else ''}, "
-                 f"{self.params:,} weights in {self.bytes / 2**20:,.1f} MiB",
-                 f"recipe: {self.recipe}", f"allocation: {self.pattern}",
-                 f"bits per weight: {self.bpw:.3f} (from byte sizes)" +
-                 (f"; the name suggests {self.name_bpw:g}" if self.name_bpw is not None and
-                  abs(self.name_bpw - self.bpw) > 0.05 else ""),
-                 f"calibration: {self.calibration}", "", f"{'role':<11} {'weights':>14} {'bpw':>7}  formats"]
-        for r in self.roles:
-            formats = ", ".join(f"{f} x{n}" for f, n in sorted(r.formats.items(), key=lambda kv: -kv[1]))
-            lines.append(f"{r.role:<11} {r.params:>14,} {r.bpw:>7.3f}  {formats}")
-        return "\n".join(lines)
 
 
 def _files(path: Path) -> tuple[list[Path], Path | None]:
@@ -127,13 +91,6 @@ def _recipe(q: dict | None, formats: Counter) -> tuple[str, int | None]:
         (int(bits) if bits else None)
 
 
-def _name_bpw(name: str) -> float | None:
-    m = re.search(r"(?i)(?:(\d+)[-_ ]?bit|w(\d+)a\d+|\bint(\d+)\b|\bfp(\d+)\b|\bnvfp(4)\b|\bmxfp(4)\b)", name)
-    if m:
-        return float(next(g for g in m.groups() if g))
-    return None
-
-
 def _calibration(q: dict | None, meta: dict[str, str]) -> str:
     q = q or {}
     dataset = q.get("dataset") or q.get("calibration_dataset") or meta.get("calibration_dataset")
@@ -146,8 +103,13 @@ def _calibration(q: dict | None, meta: dict[str, str]) -> str:
 
 
 def inspect(path: Path | str) -> Inspection:
-    """Raises ModelConfigError (SafetensorsError for a bad file) in one line."""
+    """A safetensors checkpoint (a folder or one file) or a GGUF file. Raises ModelConfigError
+    (SafetensorsError, GGUFError for a bad file) in one line."""
     path = Path(path)
+    if _is_gguf(path):
+        from advisor.models.gguf_inspect import inspect_gguf
+
+        return inspect_gguf(path if path.is_file() else _one_gguf(path))
     files, config_path = _files(path)
     q = declared_quantization(config_path) if config_path is not None else None
     tensors: list[Tensor] = []
@@ -164,8 +126,7 @@ def inspect(path: Path | str) -> Inspection:
         modules[t.name[: m.start()] if m else t.name][m.group(1) if m else "weight"] = t
     dtype_counts = Counter(t.dtype for t in tensors if not _PARTS.search(t.name) or t.name.endswith(".weight"))
     recipe, packed_bits = _recipe(q, Counter({_FORMAT.get(k, k): v for k, v in dtype_counts.items()}))
-    roles: dict[str, dict] = defaultdict(lambda: {"formats": Counter(), "params": 0, "bytes": 0})
-    formats: Counter = Counter()
+    tally = RoleTally()
     for module, parts in modules.items():
         packed = next((parts[p] for p in _PACKED if p in parts), None)
         main = packed or parts.get("weight")
@@ -178,42 +139,33 @@ def inspect(path: Path | str) -> Inspection:
         else:
             params, fmt = main.elements, _FORMAT.get(main.dtype, main.dtype)
         params += parts["bias"].elements if "bias" in parts and main is not None and main is not parts["bias"] else 0
-        role = roles[_role(module)]
-        role["formats"][fmt] += 1
-        role["params"] += params
-        role["bytes"] += nbytes
-        formats[fmt] += params
-    rows = [RoleRow(role=name, formats=dict(r["formats"]), params=r["params"], bytes=r["bytes"],
-                    bpw=8 * r["bytes"] / r["params"] if r["params"] else 0.0)
-            for name, r in sorted(roles.items(), key=lambda kv: -kv[1]["params"])]
+        layer = _LAYER.search(module)
+        tally.add(_role(module), fmt, params, nbytes, int(layer.group(1)) if layer else None)
+    rows = tally.rows()
     params, nbytes = sum(r.params for r in rows), sum(r.bytes for r in rows)
     return Inspection(path=str(path), container="safetensors" + (" + config.json" if config_path else ""),
                       files=len(files), metadata=meta, quantization_config=q, recipe=recipe,
-                      formats=dict(formats), roles=rows, pattern=_pattern(rows), params=params, bytes=nbytes,
-                      bpw=8 * nbytes / params if params else 0.0, name_bpw=_name_bpw(path.name),
+                      formats=dict(tally.formats), roles=rows, pattern=pattern(rows), params=params, bytes=nbytes,
+                      bpw=8 * nbytes / params if params else 0.0, name_bpw=name_bpw(path.name),
                       calibration=_calibration(q, meta))
 
 
-def _pattern(rows: list[RoleRow]) -> str:
-    """"uniform BF16", or "mostly INT4 (packed); BF16 on embeddings, output" (the Unsloth Dynamic style)."""
-    weighted: Counter = Counter()
-    for r in rows:
-        if r.role != "norm":
-            for fmt, n in r.formats.items():
-                weighted[fmt] += n
-    if not weighted:
-        return "no weights"
-    main = weighted.most_common(1)[0][0]
-    others = defaultdict(list)
-    for r in rows:
-        if r.role == "norm":
-            continue
-        for fmt in r.formats:
-            if fmt != main:
-                others[fmt].append(r.role)
-    if not others:
-        return f"uniform {main}" + (" (norms kept apart)" if any(r.role == "norm" for r in rows) else "")
-    return f"mostly {main}; " + "; ".join(f"{fmt} on {', '.join(roles)}" for fmt, roles in others.items())
+
+
+def _is_gguf(path: Path) -> bool:
+    from advisor.models.gguf_file import looks_like_gguf
+
+    if path.is_dir():
+        return not any(path.glob("*.safetensors")) and any(path.glob("*.gguf"))
+    return path.is_file() and path.suffix.lower() != ".safetensors" and looks_like_gguf(path)
+
+
+def _one_gguf(folder: Path) -> Path:
+    found = sorted(folder.glob("*.gguf"))
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found[:5]) + (" ..." if len(found) > 5 else "")
+        raise ModelConfigError(f"{folder}: {len(found)} GGUF files ({names}); name the one to inspect")
+    return found[0]
 
 
 __all__ = ["Inspection", "RoleRow", "SafetensorsError", "inspect"]
