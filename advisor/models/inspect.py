@@ -5,10 +5,10 @@ from the name.
 
 Safetensors checkpoints (a folder of *.safetensors with its config.json, or one file) are read
 here; GGUF files (one file, or a folder holding one) in gguf_inspect.py; both fill one Inspection
-(four_layers.py). Packed
-integer weights (AWQ, GPTQ, compressed-tensors' pack-quantized) are counted in logical weights:
-an I32 element holds 32 / bits of them; their scales, zero points and group indices count as the
-weight's own bytes, so a 4-bit group-128 recipe reads a little over 4 bits per weight.
+(four_layers.py). Packed integer weights (AWQ, GPTQ, compressed-tensors' pack-quantized) are
+counted in logical weights: an I32 element holds 32 / bits of them; their scales, zero points and
+group indices count as the weight's own bytes, so a 4-bit group-128 recipe reads a little over 4
+bits per weight.
 """
 
 from __future__ import annotations
