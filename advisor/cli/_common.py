@@ -42,6 +42,7 @@ EngineUrl = Annotated[Optional[str], typer.Option("--url", help="An engine's bas
 Window = Annotated[Optional[str], typer.Option("--window", help="How far back to look (Prometheus) or how long to sample (--url): 30s, 5m, 1h. Default: $ADVISOR_WINDOW, else 60s. Reading stops after at most the window (--url) plus 6 x $ADVISOR_TIMEOUT (10s) plus 10s.")]
 Model = Annotated[Optional[str], typer.Option("--model", help="Only this served model's series (the engine's model label).")]
 At = Annotated[Optional[str], typer.Option("--at", help="Evaluate at this time (RFC 3339 or unix seconds) instead of now; Prometheus only.")]
+PricePerHour = Annotated[Optional[str], typer.Option("--price-per-hour", help="Price of one accelerator for an hour (2.5), or of the host for a CPU deployment (0.8/host): adds $ per million output tokens and per thousand SLO-meeting requests. Default: the deployment spec's cost:, else advisor.yaml's; none, no cost shown.")]
 Engine = Annotated[Optional[str], typer.Option("--engine", help="Skip detection and read this dialect: vllm, sglang, tgi, llamacpp, trtllm, triton.")]
 
 

@@ -16,6 +16,7 @@ from advisor.cli._common import (
     Engine,
     EngineUrl,
     Model,
+    PricePerHour,
     PromUrl,
     ReportFormat,
     Window,
@@ -48,6 +49,7 @@ def diagnose(
     save: Annotated[bool, typer.Option("--save", help="Record this diagnosis in the store (ADVISOR_DB_URL, default SQLite in the data dir) for the dashboard and weekly report.")] = False,
     deployment: Annotated[Optional[Path], typer.Option("--deployment", help="Deployment YAML of the diagnosed target: needed by --experiment, and its flags are the configuration the checks consider.")] = None,
     experiments: Annotated[int, typer.Option("--experiment", min=0, help="Run A/B experiments for the top N testable checks and put their verdicts into the diagnosis (needs --deployment).")] = 0,
+    price_per_hour: PricePerHour = None,
 ) -> None:
     """Recognise the deployment's symptoms and rank the checks the optimisation map prescribes.
 
@@ -72,6 +74,9 @@ def diagnose(
             from advisor.experiments.deployment import load_deployment
 
             dep = load_deployment(deployment)
+        from advisor.cost import diagnosis_cost, price_for
+
+        price = price_for(price_per_hour, (dep.cost if dep else None, f"deployment spec {deployment}"))
         check_store_early(save)
         # Only what the rules read replica by replica is broken down: at 64 replicas the full
         # breakdown is most of the query time (benchmarks/README.md).
@@ -92,10 +97,11 @@ def diagnose(
             tokenization, tok_note = for_snapshot(snap, engine_url, timeout=settings.timeout)
         result = run_diagnosis(snap, rules, slo_spec, model=structure, model_note=why_not,
                                tokenization=tokenization, tokenization_note=tok_note)
+        result.cost, result.cost_note = diagnosis_cost(snap, slo_spec, price)
         if experiments:
             from advisor.experiments.checks import verify_top_checks
 
-            verify_top_checks(result, dep, experiments,
+            verify_top_checks(result, dep, experiments, price=price,
                               say=lambda m: err.print(f"[dim]{escape.markup(m)}[/]", highlight=False))
         document = None
         if save:

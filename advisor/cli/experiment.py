@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from advisor.cli._app import app
-from advisor.cli._common import EXIT_OK, Output, err, fail, out
+from advisor.cli._common import EXIT_OK, Output, PricePerHour, err, fail, out
 
 Deployment = Annotated[Path, typer.Option("--deployment", help="Deployment YAML: engine, model, launcher (local: command, args, env, port, arms, owns_process: whether the advisor may stop the process found serving the port; endpoints: baseline and candidate URLs).")]
 
@@ -51,6 +51,7 @@ def experiment(
     max_requests: Annotated[Optional[int], typer.Option("--max-requests", min=1, help="Guardrail: abort before a block would pass this many requests in all. Default: the deployment's guardrails.max_requests, else 5000.")] = None,
     max_error_rate: Annotated[Optional[float], typer.Option("--max-error-rate", min=0.0, max=1.0, help="Guardrail: abort when a block's share of failed requests is above this (0-1). Default: the deployment's guardrails.max_error_rate, else 0.2.")] = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="text, or json with verdict, primary_metric, ratio, ci, metrics and manifest.")] = Output.text,
+    price_per_hour: PricePerHour = None,
 ) -> None:
     """Run baseline against a candidate that changes exactly one mechanism, on the same workload, and judge it.
 
@@ -72,6 +73,9 @@ def experiment(
 
     try:
         dep = load_deployment(deployment)
+        from advisor.cost import price_for
+
+        price = price_for(price_per_hour, (dep.cost, f"deployment spec {deployment}"))
         if workload_file and from_prom:
             raise DesignError("give at most one of --workload and --from-prom")
         try:
@@ -111,7 +115,8 @@ def experiment(
             else:
                 render_plan(d, out)
             raise typer.Exit(EXIT_OK)
-        result = session.run(d, save=save, say=_say("\\[experiment] "), note=_recovered, diagnosis_id=diagnosis_id)
+        result = session.run(d, save=save, say=_say("\\[experiment] "), note=_recovered, diagnosis_id=diagnosis_id,
+                             price=price)
     except session.KeyboardInterruptWithResult as e:  # the baseline was restored: report what was found
         result = e.result
     except AdvisorError as e:

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from advisor.cost import CostFigures
 from advisor.experiments.result import CheckSkip, CheckVerdict
 from advisor.models.structure import ModelStructure
 from advisor.workload.tokenize_cost import TokenizationCost
@@ -94,6 +95,9 @@ class Diagnosis(BaseModel):
     tokenization: TokenizationCost | None = Field(default=None, description="the target's /tokenize, timed at the "
                                                   "deployment's prompt lengths")
     tokenization_note: str | None = Field(default=None, description="why tokenization was not measured")
+    cost: CostFigures | None = Field(default=None, description="$ per million output tokens and per thousand "
+                                     "SLO-meeting requests over the window (advisor/cost.py)")
+    cost_note: str | None = Field(default=None, description="why no cost is shown")
 
     @property
     def healthy(self) -> bool:

@@ -25,7 +25,7 @@ def _replay_workload(diag: Diagnosis, say):
     return w.model_copy(update={"requests": BLOCK_REQUESTS, "duration_s": None})
 
 
-def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
+def verify_top_checks(diag: Diagnosis, dep, n: int, say, price=None) -> None:
     """Runs the experiments of the top n checks that can be tested here (not held back, not already
     in the candidate state, supported by the engine); the others get the reason in `verdict`.
     An interrupt ends the loop after that experiment's restore; its result so far is kept."""
@@ -70,7 +70,7 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say) -> None:
             continue
         say(f"experiment for check #{check.rank} {check.rule_id}/{check.id}: {check.mechanism}")
         try:
-            result = session.run(d, save=True, say=say)
+            result = session.run(d, save=True, say=say, price=price)
         except session.KeyboardInterruptWithResult as e:  # baseline restored: keep what it found, stop here
             check.verdict = CheckVerdict.of(e.result)
             say("interrupted: no further experiments")

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from advisor.cost import PriceSpec
 from advisor.errors import AdvisorError
 from advisor.inputs import InputModel, load_model
 from probes.http import redact_url
@@ -98,6 +99,8 @@ class Deployment(_Strict):
     endpoints: EndpointsSpec | None = None
     prometheus: str | None = Field(default=None, description="Prometheus that scrapes the target, if any")
     guardrails: GuardrailsSpec | None = Field(default=None, description="experiment guardrails for this target")
+    cost: PriceSpec | None = Field(default=None, description="price per accelerator-hour (or host-hour): "
+                                   "cost per million output tokens in diagnoses and experiments")
 
     @model_validator(mode="after")
     def _launcher_section(self):

@@ -7,6 +7,8 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from advisor.cost import ExperimentCost
+
 Verdict = Literal["improved", "regressed", "no change", "inconclusive"]
 Statistic = Literal["p50", "p95", "p99", "mean", "per_s", "ratio"]
 
@@ -137,6 +139,9 @@ class ExperimentResult(BaseModel):
     fails_means: str | None = None
     buckets: list[BucketResult] = Field(default=[], description="per workload bucket, when it has more than one")
     server: list[ServerRow] = Field(default=[], description="server readouts per arm (median over its blocks)")
+    cost: ExperimentCost | None = Field(default=None, description="both arms' cost per output token and the "
+                                        "candidate's ratio (advisor/cost.py)")
+    cost_note: str | None = Field(default=None, description="why no cost is shown")
     arms: dict[str, dict] = Field(default={}, description="what each arm's engine said it is (/version, "
                                   "/v1/models, its config info metrics), read at its first block")
     server_notes: list[str] = Field(default=[], description="outside traffic, unreadable /metrics, and what "
@@ -168,6 +173,7 @@ class CheckVerdict(BaseModel):
     looks: list[Look] = []
     stop_reason: str | None = None
     level: float | None = Field(default=None, description="confidence level of `ci` (the last look's)")
+    cost: ExperimentCost | None = None
 
     @classmethod
     def of(cls, r: ExperimentResult) -> CheckVerdict:
@@ -175,7 +181,7 @@ class CheckVerdict(BaseModel):
                    experiment=r.id, status=r.status, reason=r.reason, fails_means=r.fails_means,
                    workload=(r.manifest.get("workload") or {}).get("source"), baseline_restored=r.baseline_restored,
                    manifest=r.manifest, metrics=r.metrics, looks=r.looks, stop_reason=r.stop_reason,
-                   level=r.metrics[0].level if r.metrics else None)
+                   level=r.metrics[0].level if r.metrics else None, cost=r.cost)
 
 
 class CheckSkip(BaseModel):

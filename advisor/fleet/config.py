@@ -12,6 +12,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field, PrivateAttr, field_validator, model_validator
 
+from advisor.cost import PriceSpec
 from advisor.errors import AdvisorError
 from advisor.fleet.cron import parse_cron
 from advisor.inputs import InputModel, load_model
@@ -66,6 +67,8 @@ class WatchedDeployment(InputModel):
     window: Annotated[str, Field(description="how far back a diagnosis looks")] = "5m"
     diagnose_every: str | None = Field(default=None, description="run a diagnosis this often (advisor serve)")
     experiments: ExperimentLimits = Field(default_factory=ExperimentLimits)
+    cost: PriceSpec | None = Field(default=None, description="price per accelerator-hour (or host-hour); the "
+                                   "deployment spec's cost: wins")
 
     # Credentials split off prom_url by load_config, for child processes' environment only.
     _auth: object = PrivateAttr(default=None)

@@ -54,4 +54,9 @@ def diagnose(watched: WatchedDeployment, store) -> Saved:
     tokenization, tok_note = for_snapshot(snap, dep.baseline_url if dep else None, timeout=settings.timeout)
     result = run_rules(snap, rules, slo, model=structure, model_note=why_not, tokenization=tokenization,
                        tokenization_note=tok_note)
+    from advisor.cost import diagnosis_cost, price_for
+
+    price = price_for(None, (dep.cost if dep else None, f"deployment spec {watched.deployment}"),
+                      (watched.cost, f"advisor.yaml ({watched.name})"))
+    result.cost, result.cost_note = diagnosis_cost(snap, slo, price)
     return Saved(store.save_diagnosis(result, snap, deployment=watched.name), result)

@@ -26,6 +26,8 @@ def render(d: Diagnosis, console: Console) -> None:
         console.print(f"[dim]model: {_e(v.model_line)}[/]", highlight=False)
     if v.tokenization_line:
         console.print(f"[dim]tokenization: {_e(v.tokenization_line)}[/]", highlight=False)
+    if v.cost_line:
+        console.print(f"cost: {_e(v.cost_line)}", highlight=False)
     if not v.findings:
         console.print("[green bold]Healthy:[/] no rule fired.")
     elif v.healthy:

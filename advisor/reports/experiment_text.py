@@ -48,6 +48,8 @@ def render(r, console: Console) -> None:
         t.add_row(_e(m.name), _e(m.baseline), _e(m.candidate), _e(m.ratio), _e(m.ci), _e(m.adjusted_p),
                   f"[{COLOR.get(m.verdict, 'white')}]{_e(m.verdict)}[/]", f"[dim]{_e(m.method)}[/]")
     console.print(t)
+    if x.cost:
+        console.print(f"cost: {_e(x.cost)}", highlight=False)
     if x.quality:
         console.print(f"quality guard: {_e(x.quality)}", highlight=False)
     b = _table("blocks", ("arm", "block", "restart", "warmup", "requests", "ok", "errors", "TTFT p50", "TPOT p50",

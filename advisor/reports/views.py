@@ -133,6 +133,7 @@ class ExperimentView:
     calibration: list[NoiseRow] = field(default_factory=list)
     manifest_line: str | None = None  # the manifest in one line, for the terminal
     buckets: list[BucketRow] = field(default_factory=list)
+    cost: str | None = None  # both arms' cost per output token and the candidate's ratio, or why not
 
 
 def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
@@ -236,7 +237,8 @@ def experiment_view(result: ExperimentResult | None, *, key: str = "", deploymen
                  f"agreement ({r.quality.note})") if r.quality else None,
         calibration=[NoiseRow(f"{n.metric} {n.statistic}", f"{n.block_sd:.3f}", f"{n.sampling_sd:.3f}",
                               f"{n.drift_sd:.3f}", n.blocks) for n in r.calibration or []],
-        manifest_line=_manifest_line(r.manifest), buckets=_bucket_rows(r))
+        manifest_line=_manifest_line(r.manifest), buckets=_bucket_rows(r),
+        cost=r.cost.line() if r.cost else (f"not shown: {r.cost_note}" if r.cost_note else None))
 
 
 @dataclass
@@ -318,6 +320,7 @@ class DiagnosisView:
     models: list[str] = field(default_factory=list)  # the engine's served models
     model_line: str | None = None  # the served model's structure and KV cost, or why it is unknown
     tokenization_line: str | None = None  # the target's tokenization timed, or why it was not
+    cost_line: str | None = None  # $ per million output tokens and per thousand SLO-meeting requests
 
 
 def model_line(d: Diagnosis) -> str | None:
@@ -330,6 +333,13 @@ def model_line(d: Diagnosis) -> str | None:
         "KV bytes per token unknown (the KV cache dtype is not known)"
     cap = f", capacity {d.kv_capacity_tokens:,} tokens" if d.kv_capacity_tokens else ""
     return f"{m.describe()}; {kv}{cap} (from {m.source})"
+
+
+def cost_line(d: Diagnosis) -> str | None:
+    """None without a price: no cost shown, never a zero."""
+    if d.cost is not None:
+        return d.cost.line()
+    return f"not shown: {d.cost_note}" if d.cost_note else None
 
 
 def tokenization_line(d: Diagnosis) -> str | None:
@@ -406,7 +416,7 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
                               _evidence_chart(f) if charts_on else None) for f in d.findings],
         checks=checks, not_evaluated=[(x.rule_id, x.reason) for x in d.not_evaluated], problems=list(d.problems),
         experiments=experiments, id=ident, deployment=deployment, models=list(e.models), model_line=model_line(d),
-        tokenization_line=tokenization_line(d))
+        tokenization_line=tokenization_line(d), cost_line=cost_line(d))
 
 
 def as_json(view) -> str:
