@@ -23,10 +23,18 @@ def test_queue_behind_max_num_seqs_is_ttft_high_with_queueing_first(local_engine
     background.start(local_engine.url, requests=10_000, duration_s=30, concurrency=24, prompt_words=800, max_tokens=32)
     assert background.join()[0].errors == 0
     settle()
-    code, d = diagnose_json(prom.url)
+    code, d = diagnose_json(prom.url, "--price-per-hour", "0.8/host")
     assert code == 1 and not d["healthy"]
     ids = [f["rule_id"] for f in d["findings"]]
     assert "ADV001" in ids, (ids, d["not_evaluated"])
+    # Cost: the host's price over the tokens Prometheus counted, worked by hand. The queue breaks the
+    # TTFT SLO at its p50 already, so no request is known to have met every SLO: no such figure.
+    cost = d["cost"]
+    tokens = float(prom.query("sum(rate(vllm:generation_tokens_total[60s]))")[0]["value"][1])
+    assert cost["units"] == 1 and cost["hourly"] == 0.8 and cost["per"] == "host"
+    assert abs(cost["output_tokens_per_s"] - tokens) <= 0.25 * tokens, (cost, tokens)
+    assert abs(cost["per_million_output_tokens"] - 0.8 / (cost["output_tokens_per_s"] * 3600) * 1e6) < 1e-9
+    assert cost["per_thousand_slo_requests"] is None and cost["slo_share_at_least"] == 0.0
     ttft = next(f for f in d["findings"] if f["rule_id"] == "ADV001")
     assert {e["signal"] for e in ttft["evidence"]} >= {"ttft_p95", "tpot_p95"}
     top = min((c for f in d["findings"] for c in f["checks"]), key=lambda c: c["rank"])

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from statistics import median
 
 import psutil
 import pytest
@@ -62,13 +63,39 @@ def test_prefix_caching_on_improves_ttft_with_shared_prefixes(tmp_path, isolated
         assert listener(yaml.safe_load(dep.read_text())["local"]["candidate_port"]) is None, "candidate stopped"
 
 
+def _block_tokens_per_s(r: dict, arm: str) -> list[float]:
+    """Each valid block's output tokens per second, worked out again from the store's samples: the
+    ok requests' tokens over the block's first send to its last token."""
+    from advisor.store import open_store
+
+    out = []
+    with open_store(os.environ["ADVISOR_DB_URL"]) as store:
+        for b in r["blocks"]:
+            if b["arm"] == arm and b["generator_valid"]:
+                s = store.load_samples(b["run_id"])
+                sent = s[s["sent_s"].notna()]
+                ends = sent["sent_s"] + sent["e2e"].fillna(sent["ttft"]).fillna(0.0)
+                ok = sent[sent["status"] == "ok"]
+                out.append(float(ok["output_tokens"].sum()) / float(ends.max() - sent["sent_s"].min()))
+    return out
+
+
 def test_max_num_seqs_raised_under_a_queue_improves_ttft(tmp_path, local_engine, isolated_store):
     dep = write_deployment(local_engine, tmp_path / "dep.yaml")
     # 16 slots against the baseline's 2, at 16 in flight (the default for this knob): only the
     # baseline queues.
     code, r = experiment(dep, "--mechanism", "max_num_seqs", "--value", "16", "--readout", "ttft_p50", "--blocks", "6",
-                         "--block-requests", "16")
+                         "--block-requests", "16", "--price-per-hour", "0.8/host")
     assert code == 0, r
+    # Cost per output token of each arm, from the median of its blocks' tokens/s, worked by hand;
+    # the candidate's ratio is its throughput ratio inverted, interval too.
+    cost = r["cost"]
+    for arm in ("baseline", "candidate"):
+        a = cost[arm]
+        tokens = _block_tokens_per_s(r, arm)
+        assert a["units"] == 1 and abs(a["output_tokens_per_s"] - median(tokens)) < 0.02 * median(tokens), (a, tokens)
+        assert abs(a["per_million_output_tokens"] - 0.8 / (a["output_tokens_per_s"] * 3600) * 1e6) < 1e-9
+    assert cost["ci"][0] <= cost["ratio"] <= cost["ci"][1]
     assert r["verdict"] == "improved", (r["ratio"], r["ci"], r["blocks"])
     assert r["ci"][1] < 1
     assert flag(argv_on(local_engine.port), "--max-num-seqs") == "2", "the baseline keeps its own flags"
