@@ -1,4 +1,5 @@
-"""Where scripts/setup-engine.sh puts the engine and the tiny model (keep the two in step)."""
+"""Where scripts/setup-engine.sh puts the engine and the tiny model, and scripts/setup-llamacpp.sh
+llama.cpp and the tiny model's GGUF files (keep them in step)."""
 
 import os
 from pathlib import Path
@@ -23,6 +24,21 @@ def tiny_model_dir(tokenizer: str = "words") -> Path:
     tokens (scripts/build_tiny_model.py --tokenizer), built beside it."""
     base = Path(os.environ.get("ADVISOR_TINY_MODEL") or advisor_home() / "tiny-llama")
     return base if tokenizer == "words" else base.with_name(f"{base.name}-{tokenizer}")
+
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the source package whose vendor/llama.cpp is built
+GGUF_QUANTS = ("F16", "Q8_0", "Q4_K_M", "IQ4_XS", "UD-Q4_K_XL")
+
+
+def llama_cpp_bin(tool: str = "llama-server") -> Path:
+    prefix = os.environ.get("ADVISOR_LLAMA_CPP") or advisor_home() / f"llama.cpp-{LLAMA_CPP_PYTHON_VERSION}"
+    return Path(prefix) / "bin" / tool
+
+
+def tiny_gguf(quant: str = "Q8_0") -> Path:
+    """The tiny model as a GGUF file: F16, Q8_0, Q4_K_M, IQ4_XS (with an imatrix) or UD-Q4_K_XL."""
+    folder = Path(os.environ.get("ADVISOR_TINY_GGUF") or advisor_home() / "tiny-llama-gguf")
+    return folder / f"tiny-llama-{quant}.gguf"
 
 
 def log_dir() -> Path:

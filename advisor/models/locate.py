@@ -35,9 +35,10 @@ def config_path(model: str) -> Path | None:
 
 
 def model_args(argv: list[str]) -> str | None:
-    """The model an engine's argv serves: vLLM's --model or its positional `serve MODEL`."""
+    """The model an engine's argv serves: vLLM's --model or its positional `serve MODEL`, llama.cpp's
+    -m / --model."""
     for i, a in enumerate(argv):
-        if a == "--model" and i + 1 < len(argv):
+        if a in ("--model", "-m") and i + 1 < len(argv):
             return argv[i + 1]
         if a.startswith("--model="):
             return a.split("=", 1)[1]
@@ -46,3 +47,59 @@ def model_args(argv: list[str]) -> str | None:
         if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
             return argv[i + 1]
     return None
+
+
+def weights_path(model: str) -> Path | None:
+    """The weights a model name stands for on this host: a GGUF file, a local folder, or a cached hub
+    id's snapshot folder; None when none is here."""
+    local = Path(model).expanduser()
+    if local.is_file() or local.is_dir():
+        return local
+    config = config_path(model)
+    return config.parent if config is not None else None
+
+
+def served_weights(url: str, timeout: float = 10.0) -> tuple[str, str]:
+    """(the path the engine at `url` serves its model from, where that came from): vLLM's
+    /v1/models `root`, or llama.cpp's /props `model_path`. A path on the engine's host: only read
+    here when the engine runs here. Raises ModelConfigError in one line."""
+    from urllib.parse import urlsplit
+
+    from advisor import net
+    from advisor.errors import ProbeError
+    from advisor.models.structure import ModelConfigError
+    from probes.http import client, request
+
+    base = url.rstrip("/")
+    found: list[tuple[str, str]] = []
+    problems = []
+    with client(net.config("engine", timeout=timeout, url=url)) as c:
+        for path, pick in (("/v1/models", _roots), ("/props", _props_path)):
+            try:
+                r = request(c, "GET", base + path, what="engine")
+                if r.status_code == 200:
+                    found += [(p, f"{base}{path}") for p in pick(r.json())]
+                else:
+                    problems.append(f"{path} returned HTTP {r.status_code}")
+            except (ProbeError, ValueError) as e:
+                problems.append(f"{path}: {e}")
+            if found:
+                break
+    if not found:
+        why = "; ".join(problems) or "no root in /v1/models, no model_path in /props"
+        raise ModelConfigError(f"{base} names no model path ({why})")
+    path, source = found[0]
+    if (urlsplit(base).hostname or "") not in ("127.0.0.1", "localhost", "::1"):
+        raise ModelConfigError(f"{source} says the model is at {path}, a path on the engine's host; run advisor "
+                               "model inspect there, or give the path of a copy")
+    return path, source
+
+
+def _roots(body) -> list[str]:
+    data = body.get("data") if isinstance(body, dict) else None
+    return [m["root"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("root"), str) and m["root"]]
+
+
+def _props_path(body) -> list[str]:
+    path = body.get("model_path") if isinstance(body, dict) else None
+    return [path] if isinstance(path, str) and path else []

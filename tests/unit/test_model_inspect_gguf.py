@@ -159,3 +159,66 @@ def test_two_gguf_files_in_a_folder_must_be_named(tmp_path):
         write(tmp_path / n, {"default": Q.F16, "embeddings": Q.F16, "output": Q.F16})
     r = runner.invoke(app, ["model", "inspect", str(tmp_path)])
     assert r.exit_code == 2 and "2 GGUF files (a.gguf, b.gguf); name the one to inspect" in r.stderr
+
+
+class _Engine:
+    """A stand-in for an engine's model endpoints on 127.0.0.1: /v1/models without a root (as
+    llama.cpp's) and /props with the model_path."""
+
+    def __init__(self, model_path: str):
+        import http.server
+        import threading
+
+        body = json.dumps({"model_path": model_path}).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path == "/props":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                else:
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+
+            def log_message(self, *_):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+def test_the_served_model_from_an_engine_url_or_a_deployment_spec(tmp_path):
+    path = write(tmp_path / "served-Q4_K_M.gguf", Q4_K_M, gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    direct = json.loads(runner.invoke(app, ["model", "inspect", str(path), "-o", "json"]).stdout)
+    engine = _Engine(str(path))
+    try:
+        r = runner.invoke(app, ["model", "inspect", "--url", engine.url, "-o", "json"])
+    finally:
+        engine.close()
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == direct
+    spec = tmp_path / "dep.yaml"
+    spec.write_text(json.dumps({"name": "d", "engine": "llamacpp", "model": "tiny", "launcher": "local",
+                                "local": {"command": ["llama-server", "-m", str(path)], "port": 8080}}))
+    r = runner.invoke(app, ["model", "inspect", "--deployment", str(spec), "-o", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == direct
+
+
+def test_inspect_needs_exactly_one_source_and_a_local_model(tmp_path):
+    r = runner.invoke(app, ["model", "inspect"])
+    assert r.exit_code == 2 and "give one of PATH, --url or --deployment" in r.stderr
+    engine = _Engine("/nowhere/model.gguf")
+    try:
+        r = runner.invoke(app, ["model", "inspect", "--url", engine.url])
+    finally:
+        engine.close()
+    assert r.exit_code == 2 and "names the model '/nowhere/model.gguf', which is not a file" in r.stderr
