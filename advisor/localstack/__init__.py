@@ -3,13 +3,14 @@
 Kept apart from the CLI and web layers so tests and scripts can start real services without them.
 """
 
-from advisor.localstack.engine import EngineError, LocalEngine
+from advisor.localstack.engine import EngineError, LlamaServer, LocalEngine
 from advisor.localstack.prometheus import LocalPrometheus, PrometheusError, backfill
 from advisor.localstack.traffic import DriveResult, drive, drive_sync
 
 __all__ = [
     "DriveResult",
     "EngineError",
+    "LlamaServer",
     "LocalEngine",
     "LocalPrometheus",
     "PrometheusError",

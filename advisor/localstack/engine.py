@@ -107,16 +107,22 @@ class LocalEngine:
         env.update(self.env)
         return env
 
-    def start(self) -> "LocalEngine":
-        if self.proc is not None:
-            raise EngineError("engine already started")
+    name = "vLLM engine"  # in messages
+    log_prefix = "engine"
+
+    def _check_installed(self) -> None:
         python, model = paths.engine_python(), self.model
         if not python.exists():
             raise EngineError(f"engine venv not found at {python.parent.parent}: run scripts/setup.sh")
         if not (model / "config.json").exists():
             raise EngineError(f"model not found at {model}: run scripts/setup.sh")
+
+    def start(self) -> "LocalEngine":
+        if self.proc is not None:
+            raise EngineError("engine already started")
+        self._check_installed()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.log_dir / f"engine-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        self.log_path = self.log_dir / f"{self.log_prefix}-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -138,7 +144,7 @@ class LocalEngine:
                 rc = self.proc.poll()
                 if rc is not None:
                     _live.discard(self)
-                    raise self._failure(f"vLLM engine on port {self.port} exited with code {rc} before it became healthy")
+                    raise self._failure(f"{self.name} on port {self.port} exited with code {rc} before it became healthy")
                 try:
                     if client.get(f"{self.url}/health").status_code == 200:
                         self.healthy_after_s = time.monotonic() - self.started_at
@@ -149,7 +155,7 @@ class LocalEngine:
                     pass  # not listening yet
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise self._failure(f"vLLM engine on port {self.port} not healthy after {timeout:.0f} s; stopped it")
+                    raise self._failure(f"{self.name} on port {self.port} not healthy after {timeout:.0f} s; stopped it")
                 time.sleep(1.0)
 
     def stop(self, grace: float = 20) -> None:
@@ -186,3 +192,35 @@ class LocalEngine:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class LlamaServer(LocalEngine):
+    """llama.cpp's `llama-server --metrics` serving a GGUF file (scripts/setup-llamacpp.sh builds both),
+    the second real engine. One process: its slots (`-np`, the max_num_seqs of this engine) share
+    one KV cache of `--ctx-size` cells."""
+
+    def __init__(self, port: int | None = None, max_num_seqs: int | None = 2, extra_args: Sequence[str] = (),
+                 model: Path | str | None = None, served_model_name: str = paths.SERVED_MODEL_NAME,
+                 log_dir: Path | str | None = None, threads: int = 2, ctx_size: int = 4096) -> None:
+        super().__init__(port=port, max_num_seqs=max_num_seqs, extra_args=extra_args, log_dir=log_dir,
+                         isolate_engine_core=False, model=model or paths.tiny_gguf("Q8_0"),
+                         served_model_name=served_model_name)
+        self.threads, self.ctx_size = threads, ctx_size
+
+    def command(self) -> list[str]:
+        return [str(paths.llama_cpp_bin("llama-server")), "-m", str(self.model), "--alias", self.served_model_name,
+                "--host", HOST, "--port", str(self.port), "--metrics", "--ctx-size", str(self.ctx_size),
+                "-np", str(self.max_num_seqs or 1), "-t", str(self.threads), *self.extra_args]
+
+    name = "llama-server"
+    log_prefix = "llama-server"
+
+    def _environment(self) -> dict[str, str]:
+        return {**os.environ, **self.env}
+
+    def _check_installed(self) -> None:
+        binary = paths.llama_cpp_bin("llama-server")
+        if not binary.exists():
+            raise EngineError(f"llama-server not found at {binary}: run scripts/setup.sh")
+        if not self.model.is_file():
+            raise EngineError(f"model not found at {self.model}: run scripts/setup.sh")

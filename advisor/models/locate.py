@@ -36,9 +36,10 @@ def config_path(model: str) -> Path | None:
 
 def model_args(argv: list[str]) -> str | None:
     """The model an engine's argv serves: vLLM's --model or its positional `serve MODEL`, llama.cpp's
-    -m / --model."""
+    -m / --model (only for a llama.cpp binary: `python -m` names a module)."""
+    llama = bool(argv) and Path(argv[0]).name.startswith("llama-")
     for i, a in enumerate(argv):
-        if a in ("--model", "-m") and i + 1 < len(argv):
+        if (a == "--model" or (a == "-m" and llama)) and i + 1 < len(argv):
             return argv[i + 1]
         if a.startswith("--model="):
             return a.split("=", 1)[1]

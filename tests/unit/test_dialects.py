@@ -162,3 +162,22 @@ def test_bare_counter_resolves_through_prometheus_and_through_our_parser():
 def test_real_vllm_capture_still_detects_only_vllm(capture):
     names = parse(capture("metrics-queueing-t1")).names
     assert catalog.detect_engines(names) == ["vllm"]
+
+
+ROOT = DIALECT_DIR.parents[1]
+
+
+def test_a_dialect_marked_verified_has_live_captures_that_it_reads():
+    verified = {e: d for e, d in catalog.engine_dialects().items() if d.verified_live}
+    assert {"vllm", "llamacpp"} <= set(verified), "the two engines this project runs live"
+    for engine, d in verified.items():
+        folder = ROOT / d.verified_live.fixtures
+        captures = sorted(folder.glob("metrics*.txt"))
+        assert captures, f"{engine}: no metrics*.txt in {folder}"
+        for path in captures:
+            names = parse(path.read_text()).names
+            assert catalog.detect_engines(names) == [engine], (engine, path.name)
+            # Every metric the dialect maps that this build exports, by its first name or a fallback:
+            # at least the queue, the running requests and the generated tokens.
+            found = {key for key, spec in d.metrics.items() if d.resolve(key, names)}
+            assert {"running", "waiting", "generation_tokens"} <= found, (engine, path.name, sorted(found))

@@ -83,6 +83,8 @@ def test_the_model_an_argv_serves():
     assert model_args(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--port", "1"]) == "/m"
     assert model_args(["vllm", "serve", "org/name", "--port", "1"]) == "org/name"
     assert model_args(["--model=/x"]) == "/x" and model_args(["--port", "1"]) is None
+    assert model_args(["/opt/llama.cpp/bin/llama-server", "-m", "/m.gguf", "--port", "1"]) == "/m.gguf"
+    assert model_args(["python", "-m", "vllm.entrypoints.openai.api_server"]) is None, "a module, not a model"
 
 
 def test_falcons_new_decoder_and_chatglms_groups_are_not_mqa():

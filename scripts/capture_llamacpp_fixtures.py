@@ -1,0 +1,104 @@
+"""Capture real /metrics (and /props, /v1/models) from a live llama.cpp llama-server serving the tiny
+model's Q8_0 GGUF into tests/fixtures/llamacpp-<build>-cpu/, the captures the llama.cpp dialect is
+verified against (probes/dialects/llamacpp.yaml `verified_live`).
+
+    .venv/bin/python scripts/capture_llamacpp_fixtures.py [--out DIR]
+
+Re-runnable; overwrites what it writes: metrics-idle-cold.txt, metrics-load-t0.txt (a few seconds
+into a queue of more requests than slots), metrics-load-t1.txt (later in it), metrics-idle-after-
+load.txt, props.json, models.json, version.txt. Local paths are scrubbed from what is saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from advisor.localstack import LlamaServer, drive_sync, paths
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOAD = dict(requests=100_000, concurrency=8, prompt_words=300, max_tokens=48, seed=0)
+LOAD_S = 16
+
+
+def log(msg: str) -> None:
+    print(f"[capture] {msg}", file=sys.stderr, flush=True)
+
+
+def scrub(text: str) -> str:
+    text = text.replace(str(paths.tiny_gguf("Q8_0").parent), "models")
+    return text.replace(str(Path.home()), "~")
+
+
+def get(url: str) -> str:
+    r = httpx.get(url, timeout=10)
+    r.raise_for_status()
+    return scrub(r.text)
+
+
+def build() -> str:
+    """llama-server's build number, from its --version ("version: 6981 (abc1234)")."""
+    out = subprocess.run([str(paths.llama_cpp_bin("llama-server")), "--version"], capture_output=True, text=True,
+                         timeout=30)
+    m = re.search(r"version: (\d+) \((\w+)\)", out.stdout + out.stderr)
+    if not m:
+        raise SystemExit(f"llama-server --version said nothing known: {(out.stdout + out.stderr)[:200]!r}")
+    return f"b{m.group(1)}"
+
+
+def value(text: str, name: str) -> float:
+    m = re.search(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", text, re.M)
+    if not m:
+        raise SystemExit(f"capture has no {name}")
+    return float(m.group(1))
+
+
+def main() -> int:
+    version = build()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / f"llamacpp-{version}-cpu")
+    out = ap.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
+    captures: dict[str, str] = {"version.txt": f"llama-server {version} (llama-cpp-python=="
+                                               f"{paths.LLAMA_CPP_PYTHON_VERSION} vendor/llama.cpp), CPU\n"}
+    engine = LlamaServer(max_num_seqs=2)
+    log(f"starting {' '.join(engine.command())}")
+    with engine:
+        captures["props.json"] = get(f"{engine.url}/props")
+        captures["models.json"] = get(f"{engine.url}/v1/models")
+        captures["metrics-idle-cold.txt"] = get(f"{engine.url}/metrics")
+        log(f"driving {LOAD_S} s of load: {WORKLOAD}")
+        done: dict = {}
+        load = threading.Thread(target=lambda: done.update(r=drive_sync(engine.url, duration_s=LOAD_S, **WORKLOAD)))
+        load.start()
+        time.sleep(4)
+        captures["metrics-load-t0.txt"] = get(f"{engine.url}/metrics")
+        time.sleep(8)
+        captures["metrics-load-t1.txt"] = get(f"{engine.url}/metrics")
+        load.join()
+        r = done["r"]
+        log(f"load: {r.ok} ok, {r.errors} errors of {r.requests} in {r.elapsed_s:.1f} s")
+        if r.errors:
+            raise SystemExit(f"the load had errors ({r.first_error}); nothing saved")
+        time.sleep(1)
+        captures["metrics-idle-after-load.txt"] = get(f"{engine.url}/metrics")
+    t0, t1 = captures["metrics-load-t0.txt"], captures["metrics-load-t1.txt"]
+    if not value(t1, "llamacpp:tokens_predicted_total") > value(t0, "llamacpp:tokens_predicted_total") > 0:
+        raise SystemExit("tokens_predicted_total did not grow under load; nothing saved")
+    if value(t1, "llamacpp:requests_processing") < 1:
+        raise SystemExit("no slot busy in the middle of the load; nothing saved")
+    for name, text in captures.items():
+        (out / name).write_text(text)
+        log(f"wrote {out / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""advisor model inspect on real GGUF files: the tiny model written by scripts/build_tiny_gguf.py,
+then quantized by llama.cpp's own llama-quantize (Q8_0, Q4_K_M), with an imatrix from llama-imatrix
+(IQ4_XS), and a mixed per-tensor recipe in the Unsloth Dynamic style (UD-Q4_K_XL); all made by
+scripts/setup-llamacpp.sh, which scripts/setup.sh runs."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from advisor.cli import app
+from advisor.localstack import paths
+from advisor.models.gguf_file import read
+from advisor.models.inspect import inspect
+
+runner = CliRunner()
+
+
+def real(quant: str):
+    path = paths.tiny_gguf(quant)
+    assert path.is_file(), f"{path} is missing: scripts/setup-llamacpp.sh (run by scripts/setup.sh) makes it"
+    return path
+
+
+@pytest.mark.parametrize("quant", paths.GGUF_QUANTS)
+def test_bits_per_weight_match_the_bytes_on_disk(quant):
+    path = real(quant)
+    r = inspect(path)
+    header = read(path)
+    on_disk = path.stat().st_size - header.data_offset  # the tensor data, with its alignment padding
+    assert r.bytes <= on_disk
+    assert abs(r.bpw - 8 * on_disk / r.params) <= 0.005 * r.bpw, (r.bpw, 8 * on_disk / r.params)
+    assert r.params == 4_133_120  # the tiny Llama's weights, whatever the recipe
+    assert r.container.startswith("GGUF v3")
+
+
+def test_f16_is_the_unquantized_source():
+    r = inspect(real("F16"))
+    assert r.recipe.startswith("none: unquantized F16") and r.pattern == "uniform F16 (norms kept apart)"
+    assert r.calibration.startswith("no imatrix recorded")
+
+
+def test_q8_0_is_legacy_block_quant_without_an_imatrix():
+    r = inspect(real("Q8_0"))
+    assert r.recipe.startswith("llama.cpp file type Q8_0: legacy block quant Q8_0")
+    assert r.pattern.startswith("uniform Q8_0") and r.bpw == pytest.approx(8.5, abs=0.05)
+    assert r.calibration == "no imatrix recorded (no quantize.imatrix.* keys)"
+    assert r.name_bpw == 8.0
+
+
+def test_q4_k_m_is_a_k_quant_mix_and_more_than_four_bits():
+    r = inspect(real("Q4_K_M"))
+    assert r.recipe.startswith("llama.cpp file type Q4_K_M: K-quant")
+    assert r.pattern.startswith("mostly Q4_K; Q6_K on "), r.pattern
+    assert "Q6_K" in r.formats and "Q4_K" in r.formats
+    assert r.name_bpw == 4.0 and r.bpw > 4.5, "the name says 4 bits; the bytes say more"
+
+
+def test_iq4_xs_carries_its_imatrix():
+    r = inspect(real("IQ4_XS"))
+    assert "I-quant IQ4_XS" in r.recipe and r.recipe.endswith("quantized with an importance matrix")
+    assert r.calibration.startswith("present: imatrix"), r.calibration
+    assert "chunks" in r.calibration
+
+
+def test_the_unsloth_style_recipe_is_recognised_as_mixed():
+    r = inspect(real("UD-Q4_K_XL"))
+    assert r.pattern.startswith("mostly Q4_K;") and "Q8_0 on " in r.pattern, r.pattern
+    roles = {x.role: x for x in r.roles}
+    assert roles["attn_v"].formats == {"Q8_0": 4} and roles["attn_k"].formats == {"Q8_0": 4}
+    assert roles["ffn_down"].layers.get("Q8_0") == "0", roles["ffn_down"]
+    assert roles["embeddings"].formats == {"Q8_0": 1}
+    assert r.calibration.startswith("present: imatrix")
+    q4km = inspect(real("Q4_K_M"))
+    assert r.bpw > q4km.bpw, "more bits on the sensitive tensors"
+
+
+def test_the_cli_explains_a_real_mixed_file():
+    res = runner.invoke(app, ["model", "inspect", str(real("UD-Q4_K_XL"))])
+    assert res.exit_code == 0, res.output
+    text = res.stdout
+    assert "recipe: llama.cpp file type Q4_K_M: K-quant" in text and "allocation: mostly Q4_K;" in text
+    assert "bits per weight:" in text and "the name suggests 4" in text and "calibration: present: imatrix" in text
+    body = json.loads(runner.invoke(app, ["model", "inspect", str(real("IQ4_XS")), "-o", "json"]).stdout)
+    assert body["formats"]["IQ4_XS"] > 0
