@@ -1,5 +1,6 @@
 """Capture real /metrics (and /props, /v1/models) from a live llama.cpp llama-server serving the tiny
-model's Q8_0 GGUF into tests/fixtures/llamacpp-<build>-cpu/, the captures the llama.cpp dialect is
+model's Q8_0 GGUF into tests/fixtures/llamacpp-vendored-0.3.36-cpu/ (the llama.cpp inside
+llama-cpp-python 0.3.36's source package, which has no build number), the captures the dialect is
 verified against (probes/dialects/llamacpp.yaml `verified_live`).
 
     .venv/bin/python scripts/capture_llamacpp_fixtures.py [--out DIR]
@@ -44,13 +45,13 @@ def get(url: str) -> str:
 
 
 def build() -> str:
-    """llama-server's build number, from its --version ("version: 6981 (abc1234)")."""
+    """What llama-server --version says of itself (a source package's build has no git number)."""
     out = subprocess.run([str(paths.llama_cpp_bin("llama-server")), "--version"], capture_output=True, text=True,
                          timeout=30)
-    m = re.search(r"version: (\d+) \((\w+)\)", out.stdout + out.stderr)
-    if not m:
-        raise SystemExit(f"llama-server --version said nothing known: {(out.stdout + out.stderr)[:200]!r}")
-    return f"b{m.group(1)}"
+    text = (out.stdout + out.stderr).strip()
+    if "version:" not in text:
+        raise SystemExit(f"llama-server --version said nothing known: {text[:200]!r}")
+    return text
 
 
 def value(text: str, name: str) -> float:
@@ -63,11 +64,13 @@ def value(text: str, name: str) -> float:
 def main() -> int:
     version = build()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / f"llamacpp-{version}-cpu")
+    ap.add_argument("--out", type=Path,
+                    default=ROOT / "tests" / "fixtures" / f"llamacpp-vendored-{paths.LLAMA_CPP_PYTHON_VERSION}-cpu")
     out = ap.parse_args().out
     out.mkdir(parents=True, exist_ok=True)
-    captures: dict[str, str] = {"version.txt": f"llama-server {version} (llama-cpp-python=="
-                                               f"{paths.LLAMA_CPP_PYTHON_VERSION} vendor/llama.cpp), CPU\n"}
+    captures: dict[str, str] = {"version.txt": f"llama.cpp vendored in llama-cpp-python=="
+                                               f"{paths.LLAMA_CPP_PYTHON_VERSION}, built for this CPU; "
+                                               f"llama-server --version:\n{version}\n"}
     engine = LlamaServer(max_num_seqs=2)
     log(f"starting {' '.join(engine.command())}")
     with engine:

@@ -63,14 +63,17 @@ if [ "$missing" = 1 ]; then
   rm -rf "$models.tmp" && mkdir -p "$models.tmp"
   m=$models.tmp
   "$root/.venv/bin/python" "$here/build_tiny_gguf.py" "$tiny" "$m/tiny-llama-F16.gguf" --calibration "$m/calibration.txt"
-  q() { "$prefix/bin/llama-quantize" "$@" >>"$m/quantize.log" 2>&1 || { tail -20 "$m/quantize.log" >&2; exit 1; }; }
-  q "$m/tiny-llama-F16.gguf" "$m/tiny-llama-Q8_0.gguf" Q8_0
-  q "$m/tiny-llama-F16.gguf" "$m/tiny-llama-Q4_K_M.gguf" Q4_K_M
-  "$prefix/bin/llama-imatrix" -m "$m/tiny-llama-F16.gguf" -f "$m/calibration.txt" -o "$m/imatrix.gguf" \
-    -c 128 --chunks 32 -t "$(nproc)" >"$m/imatrix.log" 2>&1 || { tail -20 "$m/imatrix.log" >&2; exit 1; }
-  q --imatrix "$m/imatrix.gguf" "$m/tiny-llama-F16.gguf" "$m/tiny-llama-IQ4_XS.gguf" IQ4_XS
-  q --imatrix "$m/imatrix.gguf" --tensor-type 'attn_[kv]=q8_0' --tensor-type 'blk\.0\.ffn_down=q8_0' \
-    --token-embedding-type q8_0 "$m/tiny-llama-F16.gguf" "$m/tiny-llama-UD-Q4_K_XL.gguf" Q4_K_M
+  # Run in the folder, with relative names: llama-quantize records the imatrix's file and dataset as given.
+  cd "$m"
+  q() { "$prefix/bin/llama-quantize" "$@" >>quantize.log 2>&1 || { tail -20 quantize.log >&2; exit 1; }; }
+  q tiny-llama-F16.gguf tiny-llama-Q8_0.gguf Q8_0
+  q tiny-llama-F16.gguf tiny-llama-Q4_K_M.gguf Q4_K_M
+  "$prefix/bin/llama-imatrix" -m tiny-llama-F16.gguf -f calibration.txt -o imatrix.gguf \
+    -c 128 --chunks 32 -t "$(nproc)" >imatrix.log 2>&1 || { tail -20 imatrix.log >&2; exit 1; }
+  q --imatrix imatrix.gguf tiny-llama-F16.gguf tiny-llama-IQ4_XS.gguf IQ4_XS
+  q --imatrix imatrix.gguf --tensor-type 'attn_[kv]=q8_0' --tensor-type 'blk\.0\.ffn_down=q8_0' \
+    --token-embedding-type q8_0 tiny-llama-F16.gguf tiny-llama-UD-Q4_K_XL.gguf Q4_K_M
+  cd "$root"
   rm -rf "$models"
   mv "$models.tmp" "$models"
 else

@@ -111,7 +111,8 @@ def pattern(rows: list[RoleRow]) -> str:
             if fmt != main:
                 where = r.role
                 if r.layers.get(fmt) and len(r.formats) > 1:
-                    where += f" (layers {r.layers[fmt]})"
+                    layers = r.layers[fmt]
+                    where += f" (layer{'s' if ',' in layers or '-' in layers else ''} {layers})"
                 others[fmt].append(where)
     if not others:
         return f"uniform {main}" + (" (norms kept apart)" if any(r.role in NOT_WEIGHTS for r in rows) else "")

@@ -25,7 +25,7 @@ _FAMILY = {
     "Q1_0": "1-bit",
 }
 _HOW = {
-    "legacy block quant": "blocks of 32 weights, one F16 scale each (and a minimum for the _1 types)",
+    "legacy block quant": "blocks of 32 weights, one F16 scale each",
     "K-quant": "super-blocks of 256 weights, quantized scales (and minimums) per sub-block of 16 or 32",
     "I-quant": "importance-weighted codebooks (E8/D4 lattices, non-linear 4-bit), super-blocks of 256",
     "ternary": "weights in {-1, 0, 1} with a scale per block",
@@ -76,11 +76,18 @@ def _recipe(formats: dict[str, int], file_type: str | None, imatrix: bool) -> st
     for family, types in sorted(quant.items(), key=lambda kv: -sum(n for _, n in kv[1])):
         share = sum(n for _, n in types) / total
         names = ", ".join(t for t, _ in types)
-        parts.append(f"{family} {names} ({share:.0%} of weights" + (f": {_HOW[family]})" if family in _HOW else ")"))
+        how = _HOW.get(family, "")
+        if family == "legacy block quant" and any(t.endswith("_1") for t, _ in types):
+            how += " and a minimum (the _1 types)"
+        parts.append(f"{family} {names} ({_share(share)} of weights" + (f": {how})" if how else ")"))
     floats = by_family.get("float")
     if floats:
-        parts.append("float " + ", ".join(t for t, _ in floats) + f" ({sum(n for _, n in floats) / total:.0%})")
+        parts.append("float " + ", ".join(t for t, _ in floats) + f" ({_share(sum(n for _, n in floats) / total)})")
     return f"{head}: " + "; ".join(parts) + ("; quantized with an importance matrix" if imatrix else "")
+
+
+def _share(x: float) -> str:
+    return "<1%" if 0 < x < 0.005 else f"{x:.0%}"
 
 
 def _calibration(meta: dict) -> str:
