@@ -110,3 +110,32 @@ def test_the_tokenization_timed_is_a_line_of_every_report_and_its_endpoint_is_es
     untimed = diagnose(snap, load_rules(), SLO(), tokenization_note="no engine URL to time /tokenize at")
     assert "Tokenization: not measured: no engine URL" in markdown_diagnosis(untimed)
     assert next(c for c in untimed.checks if c.id == "tokenization").score == 0
+
+
+def test_the_cost_is_a_line_of_every_report_and_absent_without_a_price():
+    from advisor.cost import Price, PriceSpec, diagnosis_cost
+    from advisor.reports.documents import diagnosis_document
+
+    snap = snapshot_for({**CASE, "signals": {**CASE["signals"], "generation_tokens_per_s": 500.0,
+                                             "request_rate": 2.0}})
+    d = diagnose(snap, load_rules(), SLO())
+    price = Price(spec=PriceSpec(per_hour=0.8, per="host", currency="EUR"), source="deployment spec <b>d</b>.yaml")
+    d.cost, d.cost_note = diagnosis_cost(snap, SLO(), price)
+    line = "EUR 0.80 per host-hour x 1 (one host) = EUR 0.80/h; EUR 0.44 per million output tokens at 500.0 tokens/s"
+    buf = io.StringIO()
+    render_text(d, Console(file=buf, width=400))
+    assert line in buf.getvalue()
+    assert line in markdown_diagnosis(d) and line in diagnosis_document(d, "html")
+    bare = diagnose(snap, load_rules(), SLO())
+    bare.cost, bare.cost_note = diagnosis_cost(snap, SLO(), None)
+    buf = io.StringIO()
+    render_text(bare, Console(file=buf, width=400))
+    assert "cost" not in buf.getvalue().lower() and "Cost:" not in markdown_diagnosis(bare)
+    assert "Cost:" not in diagnosis_document(bare, "html")
+
+
+def test_a_bad_price_is_refused_before_the_target_is_read():
+    from tests.support.cli import assert_one_line_error, run_cli
+
+    r = run_cli("diagnose", "--prom-url", "http://127.0.0.1:9", "--price-per-hour", "cheap")
+    assert_one_line_error(r, contains="--price-per-hour 'cheap': expected a positive number")
