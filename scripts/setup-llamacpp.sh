@@ -5,8 +5,12 @@
 # GGUF files: F16 (written by scripts/build_tiny_gguf.py), Q8_0, Q4_K_M, IQ4_XS with an imatrix, and
 # a mixed per-tensor recipe in the Unsloth Dynamic style (UD-Q4_K_XL: Q4_K_M with the imatrix, Q8_0
 # on attn_k, attn_v, the first layer's ffn_down and the embeddings).
-# Idempotent and cached under $ADVISOR_HOME: a second run only checks. The build takes a few minutes.
+# Idempotent and cached under $ADVISOR_HOME: a second run only checks. The build takes about 11
+# minutes on 2 cores (22 CPU-minutes), so scripts/setup.sh runs it (--binaries-only) beside the
+# downloads of the other steps and makes the model files after them.
 set -euo pipefail
+binaries_only=0
+[ "${1:-}" = "--binaries-only" ] && binaries_only=1
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 ADVISOR_HOME=${ADVISOR_HOME:-$HOME/.cache/llm-advisor}
@@ -53,6 +57,8 @@ if ! built; then
 else
   log "llama.cpp ok: $prefix/bin"
 fi
+
+[ "$binaries_only" = 1 ] && exit 0
 
 # The tiny model's GGUF files, rebuilt when any is missing.
 want="F16 Q8_0 Q4_K_M IQ4_XS UD-Q4_K_XL"

@@ -33,7 +33,19 @@ else
   log "advisor venv ok: .venv"
 fi
 
+# llama.cpp's build is CPU-bound and the next steps mostly wait on downloads and disks: it runs
+# beside them, and the GGUF files are made once the tiny model exists.
+# Its compilers come first, in the foreground: two apt-get at once would fight over dpkg's lock.
+if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null || ! command -v make >/dev/null; then
+  log "installing Debian's cmake and g++ (llama.cpp's build)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends cmake g++ make >/dev/null
+fi
+bash scripts/setup-llamacpp.sh --binaries-only &
+llamacpp=$!
 bash scripts/setup-postgres.sh
 bash scripts/setup-browser.sh
 bash scripts/setup-engine.sh
+wait "$llamacpp" || { log "building llama.cpp failed (its output is above)"; exit 1; }
 bash scripts/setup-llamacpp.sh
