@@ -17,7 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
+import _capture  # scripts/_capture.py: scripts/ is on sys.path when run
+from _capture import log, save
 
 from advisor.localstack import LocalEngine, drive_sync, paths
 
@@ -27,19 +28,13 @@ T1_AFTER_S = 10
 LOAD_S = 15
 
 
-def log(msg: str) -> None:
-    print(f"[capture] {msg}", file=sys.stderr, flush=True)
-
-
 def scrub(text: str) -> str:
     # Keep machine paths out of the repository; "models/tiny-llama" matches the older captures.
     return text.replace(str(paths.tiny_model_dir()), "models/tiny-llama").replace(str(Path.home()), "~")
 
 
 def get(url: str) -> str:
-    r = httpx.get(url, timeout=10)
-    r.raise_for_status()
-    return scrub(r.text)
+    return _capture.get(url, scrub)
 
 
 def counter(text: str, name: str) -> float:
@@ -86,10 +81,7 @@ def main() -> int:
             raise SystemExit(f"{name} did not reset across the restart; nothing saved")
     if counter(t1, "vllm:prefix_cache_hits_total") <= 0:
         raise SystemExit("no prefix cache hits under a shared-prefix load; nothing saved")
-    for name, text in captures.items():
-        (out / name).write_text(text)
-        log(f"wrote {out / name}")
-    return 0
+    return save(out, captures)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
+import _capture  # scripts/_capture.py: scripts/ is on sys.path when run
+from _capture import log, save
 
 from advisor.localstack import LlamaServer, drive_sync, paths
 
@@ -29,19 +30,13 @@ WORKLOAD = dict(requests=100_000, concurrency=8, prompt_words=300, max_tokens=48
 LOAD_S = 16
 
 
-def log(msg: str) -> None:
-    print(f"[capture] {msg}", file=sys.stderr, flush=True)
-
-
 def scrub(text: str) -> str:
     text = text.replace(str(paths.tiny_gguf("Q8_0").parent), "models")
     return text.replace(str(Path.home()), "~")
 
 
 def get(url: str) -> str:
-    r = httpx.get(url, timeout=10)
-    r.raise_for_status()
-    return scrub(r.text)
+    return _capture.get(url, scrub)
 
 
 def build() -> str:
@@ -97,10 +92,7 @@ def main() -> int:
         raise SystemExit("tokens_predicted_total did not grow under load; nothing saved")
     if value(t1, "llamacpp:requests_processing") < 1:
         raise SystemExit("no slot busy in the middle of the load; nothing saved")
-    for name, text in captures.items():
-        (out / name).write_text(text)
-        log(f"wrote {out / name}")
-    return 0
+    return save(out, captures)
 
 
 if __name__ == "__main__":
