@@ -133,3 +133,20 @@ def test_an_experiment_that_doubles_the_accelerators_costs_them():
     c = experiment_cost(by_block, price, (1, 2), "spec")
     assert c.candidate.units == 2 and c.ratio == pytest.approx(2.0, rel=0.01)
     assert math.isclose(c.candidate.per_million_output_tokens, 2 * c.baseline.per_million_output_tokens, rel_tol=0.01)
+
+
+def test_arm_costs_count_each_arms_accelerators_from_its_own_argv():
+    from types import SimpleNamespace
+
+    from advisor.experiments.arm_costs import arm_costs
+
+    by_block = {(arm, b): _block(32, 40, 10.0) for arm in ("baseline", "candidate") for b in range(3)}
+    d = SimpleNamespace(deployment=SimpleNamespace(launcher="endpoints"), mechanism="tensor_parallel",
+                        baseline_args=["--tensor-parallel-size", "2"], candidate_args=["--tensor-parallel-size=4"])
+    result = SimpleNamespace(_by_block=by_block, metrics=[])
+    price = Price(spec=PriceSpec(per_hour=2.0, accelerators=2), source="spec")
+    cost, note = arm_costs(d, result, price)
+    assert note is None and (cost.baseline.units, cost.candidate.units) == (2, 4)
+    assert arm_costs(d, result, None) == (None, None)
+    cost, note = arm_costs(d, result, Price(spec=PriceSpec(per_hour=2.0), source="--price-per-hour"))
+    assert cost is None and "accelerator count is unknown" in note
