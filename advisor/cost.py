@@ -134,16 +134,23 @@ class CostFigures(BaseModel):
         return text + (f"; {self.note}" if self.note else "")
 
 
+def _per_million(hourly: float, tokens_per_s: float | None) -> float | None:
+    return hourly / (tokens_per_s * HOUR) * 1e6 if tokens_per_s and tokens_per_s > 0 else None
+
+
+def _per_thousand(hourly: float, requests_per_s: float | None) -> float | None:
+    return hourly / (requests_per_s * HOUR) * 1e3 if requests_per_s and requests_per_s > 0 else None
+
+
 def figures(price: Price, units: Units, tokens_per_s: float | None, good_per_s: float | None = None, *,
             requests_per_s: float | None = None, share: float | None = None, bound: bool = False,
             note: str | None = None) -> CostFigures:
     hourly = price.spec.per_hour * units.count
-    per_m = hourly / (tokens_per_s * HOUR) * 1e6 if tokens_per_s and tokens_per_s > 0 else None
-    per_k = hourly / (good_per_s * HOUR) * 1e3 if good_per_s and good_per_s > 0 else None
     return CostFigures(currency=price.spec.currency, per_hour=price.spec.per_hour, per=price.spec.per,
                        units=units.count, units_source=units.source, price_source=price.source, hourly=hourly,
-                       output_tokens_per_s=tokens_per_s, per_million_output_tokens=per_m,
-                       requests_per_s=requests_per_s, slo_share_at_least=share, per_thousand_slo_requests=per_k,
+                       output_tokens_per_s=tokens_per_s, per_million_output_tokens=_per_million(hourly, tokens_per_s),
+                       requests_per_s=requests_per_s, slo_share_at_least=share,
+                       per_thousand_slo_requests=_per_thousand(hourly, good_per_s),
                        slo_bound=bound, note=note)
 
 
@@ -234,6 +241,13 @@ class ExperimentCost(BaseModel):
                 f"({b.units} units), candidate {per_m(k)} ({k.units} units){ratio}{ci}")
 
 
+def cost_text(cost: CostFigures | ExperimentCost | None, note: str | None) -> str | None:
+    """A report's cost line: the figures, or why a configured price gave none; None without a price."""
+    if cost is not None:
+        return cost.line()
+    return f"not shown: {note}" if note else None
+
+
 def _inverse(ci: tuple[float, float] | None, units_ratio: float) -> tuple[float, float] | None:
     if ci is None or ci[0] <= 0 or ci[1] <= 0:
         return None
@@ -265,9 +279,8 @@ def experiment_cost(by_block: dict, price: Price, units: tuple[int, int], units_
         hourly = price.spec.per_hour * units[i]
         tok, good = results["output_tokens"][i], results["goodput"][i]
         arms[arm] = ArmCost(units=units[i], output_tokens_per_s=tok,
-                            per_million_output_tokens=hourly / (tok * HOUR) * 1e6 if tok else None,
-                            goodput_per_s=good,
-                            per_thousand_slo_requests=hourly / (good * HOUR) * 1e3 if good else None)
+                            per_million_output_tokens=_per_million(hourly, tok), goodput_per_s=good,
+                            per_thousand_slo_requests=_per_thousand(hourly, good))
     tok_cmp, good_cmp = results["output_tokens"][2], results["goodput"][2]
     ratio = units_ratio / tok_cmp.ratio if tok_cmp is not None and tok_cmp.ratio else None
     slo_ratio = units_ratio / good_cmp.ratio if good_cmp is not None and good_cmp.ratio else None
@@ -281,5 +294,5 @@ def experiment_cost(by_block: dict, price: Price, units: tuple[int, int], units_
                                "the ratio is near 1; a cheaper candidate shows where the load saturates the baseline")
 
 
-__all__ = ["ArmCost", "CostFigures", "ExperimentCost", "Price", "PriceError", "PriceSpec", "Units", "diagnosis_cost",
+__all__ = ["ArmCost", "CostFigures", "ExperimentCost", "Price", "PriceError", "PriceSpec", "Units", "cost_text", "diagnosis_cost",
            "experiment_cost", "figures", "parse_price", "price_for", "slo_share_at_least", "units_for"]

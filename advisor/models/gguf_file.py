@@ -71,7 +71,7 @@ def read(path: Path) -> GGUFHeader:
         m = _UNKNOWN_TYPE.search(str(e))
         if m:
             known = max(int(t) for t in gguf.GGMLQuantizationType)
-            raise GGUFError(f"{path}: a tensor has GGML type {m.group(1)}, which gguf {_version(gguf)} does not know "
+            raise GGUFError(f"{path}: a tensor has GGML type {m.group(1)}, which gguf {_gguf_version()} does not know "
                             f"(its types end at {known}): a newer llama.cpp format, or a corrupt header") from None
         raise GGUFError(f"{path}: not a readable GGUF file ({_short(e)}): truncated, or a header that lies") from None
     except (IndexError, KeyError, OverflowError, MemoryError, UnicodeDecodeError, struct.error) as e:
@@ -110,7 +110,7 @@ def _short(e: Exception) -> str:
     return text[:160]
 
 
-def _version(gguf) -> str:
+def _gguf_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -14,6 +14,7 @@ from datetime import datetime
 from markupsafe import Markup
 
 from advisor import escape
+from advisor.cost import cost_text
 from advisor.diagnosis.model import Diagnosis
 from advisor.experiments.result import CheckSkip, CheckVerdict, ExperimentResult, MetricResult
 from advisor.reports import charts
@@ -238,7 +239,7 @@ def experiment_view(result: ExperimentResult | None, *, key: str = "", deploymen
         calibration=[NoiseRow(f"{n.metric} {n.statistic}", f"{n.block_sd:.3f}", f"{n.sampling_sd:.3f}",
                               f"{n.drift_sd:.3f}", n.blocks) for n in r.calibration or []],
         manifest_line=_manifest_line(r.manifest), buckets=_bucket_rows(r),
-        cost=r.cost.line() if r.cost else (f"not shown: {r.cost_note}" if r.cost_note else None))
+        cost=cost_text(r.cost, r.cost_note))
 
 
 @dataclass
@@ -335,13 +336,6 @@ def model_line(d: Diagnosis) -> str | None:
     return f"{m.describe()}; {kv}{cap} (from {m.source})"
 
 
-def cost_line(d: Diagnosis) -> str | None:
-    """None without a price: no cost shown, never a zero."""
-    if d.cost is not None:
-        return d.cost.line()
-    return f"not shown: {d.cost_note}" if d.cost_note else None
-
-
 def tokenization_line(d: Diagnosis) -> str | None:
     if d.tokenization is not None:
         return d.tokenization.summary()
@@ -416,7 +410,7 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
                               _evidence_chart(f) if charts_on else None) for f in d.findings],
         checks=checks, not_evaluated=[(x.rule_id, x.reason) for x in d.not_evaluated], problems=list(d.problems),
         experiments=experiments, id=ident, deployment=deployment, models=list(e.models), model_line=model_line(d),
-        tokenization_line=tokenization_line(d), cost_line=cost_line(d))
+        tokenization_line=tokenization_line(d), cost_line=cost_text(d.cost, d.cost_note))
 
 
 def as_json(view) -> str:
