@@ -199,6 +199,9 @@ class LlamaServer(LocalEngine):
     the second real engine. One process: its slots (`-np`, the max_num_seqs of this engine) share
     one KV cache of `--ctx-size` cells."""
 
+    name = "llama-server"
+    log_prefix = "llama-server"
+
     def __init__(self, port: int | None = None, max_num_seqs: int | None = 2, extra_args: Sequence[str] = (),
                  model: Path | str | None = None, served_model_name: str = paths.SERVED_MODEL_NAME,
                  log_dir: Path | str | None = None, threads: int = 2, ctx_size: int = 4096) -> None:
@@ -211,9 +214,6 @@ class LlamaServer(LocalEngine):
         return [str(paths.llama_cpp_bin("llama-server")), "-m", str(self.model), "--alias", self.served_model_name,
                 "--host", HOST, "--port", str(self.port), "--metrics", "--ctx-size", str(self.ctx_size),
                 "-np", str(self.max_num_seqs or 1), "-t", str(self.threads), *self.extra_args]
-
-    name = "llama-server"
-    log_prefix = "llama-server"
 
     def _environment(self) -> dict[str, str]:
         return {**os.environ, **self.env}
