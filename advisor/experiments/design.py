@@ -92,6 +92,7 @@ class Design:
     stopping: Stopping = field(default_factory=Stopping)  # default: fixed horizon, one look at the maximum
     plan: list[str] = field(default_factory=list)  # how the blocks were sized (planning.Plan.describe)
     aa: bool = False  # a deliberate A/A run: both arms run the baseline's configuration
+    models: dict = field(default_factory=dict)  # a model-file swap: arm -> ModelLayers (model_swap.py)
 
     def describe(self) -> list[str]:
         w = self.workload
@@ -106,6 +107,7 @@ class Design:
              + (f" (direction {self.direction}, from the baseline's current value)" if self.direction else ""))
             + f"; primary readout {self.primary[0]} {self.primary[1]}",
             "secondary readouts (behind a decisive primary, Holm among them): " + (", ".join(f"{m} {st}" for m, st in self.secondary) or "none"),
+            *(f"{arm} model: {m.line()}" for arm, m in self.models.items()),
             f"baseline argv: {' '.join(self.baseline_args) or '(none)'}",
             f"candidate argv: {' '.join(self.candidate_args) or '(none)'}"
             + (f"  env {self.candidate_env}" if self.candidate_env else ""),

@@ -18,7 +18,7 @@ from advisor.cores import isolate_engine_core
 from advisor.errors import AdvisorError
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.journal import Journal
-from advisor.experiments.processes import UNSEEN, ProcessRecord, holder, is_or_descends_from
+from advisor.experiments.processes import UNSEEN, ProcessRecord, holder, is_or_descends_from, resident_bytes
 from probes.http import redact_url
 
 ARMS = ("baseline", "candidate")
@@ -116,6 +116,8 @@ class Launcher(Protocol):
     def found_state(self) -> dict: ...
     notes: list[str]  # what the launcher could not confirm about the arms, for the report
 
+    def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> tuple[int | None, int | None]: ...
+
 
 class EndpointsLauncher:
     """Both arms already serve: nothing to start, stop or restore; only health is checked, and
@@ -141,6 +143,16 @@ class EndpointsLauncher:
 
     def take_down(self, arm: str) -> None:
         pass
+
+    def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> tuple[int | None, int | None]:
+        """Read only where the arm serves on this host (a loopback URL); elsewhere its memory is the
+        engine host's to report."""
+        from urllib.parse import urlsplit
+
+        u = urlsplit(self.url(arm))
+        if u.hostname not in ("127.0.0.1", "localhost", "::1"):
+            return None, None
+        return resident_bytes(u.port or (443 if u.scheme == "https" else 80), files)
 
     def preflight(self) -> None:
         if self.mechanism is None and not self.aa:
@@ -320,6 +332,10 @@ class LocalLauncher:
         if not healthy(self.url(arm), self.spec.health_path):
             return f"the {arm} engine at {self.url(arm)} is unhealthy"
         return None
+
+    def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> tuple[int | None, int | None]:
+        """The arm's engine's resident memory now, and the part that maps `files` (read, never signalled)."""
+        return resident_bytes(self.port(arm), files)
 
     def take_down(self, arm: str) -> None:
         """Stop the arm's engine if this launcher started it; anything else is left alone."""

@@ -8,6 +8,7 @@ check that the process now at that pid has the recorded create time and command 
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 import time
@@ -127,6 +128,30 @@ def holder(port: int) -> ProcessRecord | None:
             if record:
                 return record
     return UNSEEN if pids or hidden else None
+
+
+def resident_bytes(port: int, files: tuple[str, ...] = ()) -> tuple[int | None, int | None]:
+    """(resident memory of the process tree serving a local port, the part of it that maps `files`):
+    RSS summed over the tree (vLLM's engine core is a child of its API server); the mapped part is
+    what an engine that mmaps its weights (llama.cpp) holds of the model file. Read without
+    signalling anything; (None, None) when nothing we can see serves the port, and None for the
+    mapped part when no process maps the files."""
+    rec = holder(port)
+    if rec is None or rec is UNSEEN:
+        return None, None
+    wanted = {os.path.realpath(f) for f in files}
+    total, mapped, found = 0, 0, False
+    try:
+        top = psutil.Process(rec.pid)
+        for p in (top, *top.children(recursive=True)):
+            total += p.memory_info().rss
+            if wanted:
+                for m in p.memory_maps(grouped=True):
+                    if m.path and os.path.realpath(m.path) in wanted:
+                        mapped, found = mapped + m.rss, True
+    except psutil.Error:
+        return None, None
+    return total, mapped if found else None
 
 
 def is_or_descends_from(pid: int, record: ProcessRecord) -> bool:

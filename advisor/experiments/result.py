@@ -8,6 +8,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel, Field, PrivateAttr
 
 from advisor.cost import ExperimentCost
+from advisor.models.four_layers import ModelLayers
 
 Verdict = Literal["improved", "regressed", "no change", "inconclusive"]
 Statistic = Literal["p50", "p95", "p99", "mean", "per_s", "ratio"]
@@ -86,13 +87,52 @@ class BlockRecord(BaseModel):
                                     "block; None when it was already serving")
     warmup_requests: int = Field(default=0, description="unmeasured requests sent before this block, after a (re)start")
     server: ServerReadout | None = Field(default=None, description="the arm's engine's own readouts for this block")
+    resident_bytes: int | None = Field(default=None, description="the arm's engine processes' resident memory "
+                                       "(RSS, summed over its process tree) right after this block's load")
+    weights_resident_bytes: int | None = Field(default=None, description="the part of it that maps the arm's "
+                                               "model file (an engine that mmaps its weights)")
+
+
+QualityVerdict = Literal["within margin", "past margin", "unclear"]
 
 
 class QualityGuard(BaseModel):
+    """The candidate's greedy outputs against the baseline's, on the shipped prompt set, in one run
+    (advisor/experiments/quality.py)."""
+
     prompts: int
     exact_match: float = Field(description="share of prompts whose greedy outputs are identical")
-    token_agreement: float = Field(description="share of output positions with the same token")
+    token_agreement: float = Field(description="share of the baseline's tokens that the candidate reproduced "
+                                   "before its first divergence")
     note: str
+    logprob_diff: float | None = Field(default=None, description="mean over prompts of the per-token difference "
+                                       "candidate - baseline in log-likelihood of the baseline's own tokens (nats)")
+    logprob_ci: tuple[float, float] | None = Field(default=None, description="95% interval of logprob_diff")
+    margin: float | None = Field(default=None, description="the drop in nats per token past which quality regressed")
+    verdict: QualityVerdict | None = Field(default=None, description="the interval against -margin")
+    positions: int | None = Field(default=None, description="token positions compared")
+
+
+class MemoryReadout(BaseModel):
+    """Each arm's resident memory, the median over its valid blocks: the whole process tree's (RSS),
+    and where the engine maps its model file (llama.cpp), the weights' share of it."""
+
+    baseline_bytes: int | None
+    candidate_bytes: int | None
+    baseline_weights_bytes: int | None = None
+    candidate_weights_bytes: int | None = None
+
+    @staticmethod
+    def _ratio(b: int | None, c: int | None) -> float | None:
+        return c / b if b and c is not None else None
+
+    @property
+    def ratio(self) -> float | None:
+        return self._ratio(self.baseline_bytes, self.candidate_bytes)
+
+    @property
+    def weights_ratio(self) -> float | None:
+        return self._ratio(self.baseline_weights_bytes, self.candidate_weights_bytes)
 
 
 class ReadoutNoise(BaseModel):
@@ -148,6 +188,11 @@ class ExperimentResult(BaseModel):
                                     "the watched signals say about a failure")
     calibration: list[ReadoutNoise] | None = Field(default=None, description="A/A runs: the noise measured "
                                                    "per readout, stored for later plans")
+    models: dict[str, ModelLayers] = Field(default={}, description="a model-file swap: each arm's model in the "
+                                            "map's four layers")
+    memory: MemoryReadout | None = Field(default=None, description="each arm's resident memory")
+    explanation: str | None = Field(default=None, description="the map's reading of a failure, from the readouts "
+                                    "(e.g. dequantization ate the gain)")
     manifest: dict = {}
 
     # The valid blocks' request records, for what is computed after the run (an A/A calibration).

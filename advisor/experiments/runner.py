@@ -23,17 +23,18 @@ up) rather than a sample of the arm.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 import zlib
 from collections.abc import Callable
 
 from advisor import interrupts
 from advisor.errors import AdvisorError
-from advisor.experiments import engine_readouts, quality, readouts, stats
+from advisor.experiments import engine_readouts, model_swap, quality, readouts, stats
 from advisor.experiments.design import Design
 from advisor.experiments.journal import Journal
 from advisor.experiments.launchers import Launcher, LaunchError
-from advisor.experiments.result import BlockRecord, BucketResult, ExperimentResult, Look
+from advisor.experiments.result import BlockRecord, BucketResult, ExperimentResult, Look, MemoryReadout
 from advisor.loadgen.loop import run_load
 from advisor.loadgen.metrics import summarize
 from advisor.loadgen.record import RequestRecord
@@ -228,6 +229,9 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
             block_sent = sum(x.status != "not_sent" for x in r.records)
             sent += block_sent
             server = watch.readout(block_sent)
+            model = design.models.get(arm)
+            resident, weights = (launcher.resident_bytes(arm, (model.path,) if model else ())
+                                 if hasattr(launcher, "resident_bytes") else (None, None))
             summary = summarize(r)
             by_block[(arm, b)] = r.records
             run_id = save_block(arm, b, r, summary) if save_block else None
@@ -237,7 +241,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                                       generator_valid=summary.generator.valid,
                                       why_invalid=summary.generator.why_invalid, run_id=run_id,
                                       restart_s=restart.pop(arm, None), warmup_requests=warmed_now,
-                                      server=server))
+                                      server=server, resident_bytes=resident, weights_resident_bytes=weights))
             journal.write(exp, "block", arm=arm, block=b, ok=s.ok, errors=s.errors)
             say(f"{arm} block {b + 1}: {s.ok}/{s.requests} ok, TTFT p50 {1000 * (s.ttft.p50 or 0):.0f} ms")
             if r.aborted:
@@ -281,6 +285,12 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                        f"reached the planned maximum of {design.blocks_per_arm} blocks per arm"
                        + (f" after {len(looks)} look{'s' if len(looks) != 1 else ''}" if design.stopping.sequential
                           else " (fixed horizon)"))
+    guard = quality.compare(outputs["baseline"], outputs["candidate"]) if len(outputs) == 2 else None
+    if not aborted and not invalid:
+        verdict, reason = quality.overrule(verdict, reason, guard)
+    memory = _memory(blocks)
+    tpot = next((m for m in metrics if m.metric == "tpot"), None)
+    explanation = model_swap.explain(memory, tpot, design.fails_means) if design.models else None
     server_rows = engine_readouts.per_arm(blocks, design.watch)
     result = ExperimentResult(
         id=exp, deployment=design.deployment.name, mechanism=design.mechanism, value=repr(design.value),
@@ -292,11 +302,24 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
         fails_means=design.fails_means, server=server_rows, arms=arms,
         buckets=per_bucket(judged, level) if judged else [],
         server_notes=[*launcher.notes, *engine_readouts.notes(blocks, server_rows, verdict)],
-        quality=quality.compare(outputs["baseline"], outputs["candidate"]) if len(outputs) == 2 else None)
+        quality=guard, models=design.models, memory=memory, explanation=explanation)
     result._by_block = judged
     if interrupted:
         raise KeyboardInterruptWithResult(result)
     return result
+
+
+def _memory(blocks: list[BlockRecord]) -> MemoryReadout | None:
+    """Each arm's resident memory (and its mapped model file's), the median over its valid blocks;
+    None when no block has one."""
+    def med(arm: str, attr: str) -> int | None:
+        v = [getattr(b, attr) for b in blocks if b.arm == arm and b.generator_valid and getattr(b, attr) is not None]
+        return int(statistics.median(v)) if v else None
+
+    m = MemoryReadout(baseline_bytes=med("baseline", "resident_bytes"), candidate_bytes=med("candidate", "resident_bytes"),
+                      baseline_weights_bytes=med("baseline", "weights_resident_bytes"),
+                      candidate_weights_bytes=med("candidate", "weights_resident_bytes"))
+    return None if m.baseline_bytes is None and m.candidate_bytes is None else m
 
 
 def _look(design: Design, by_block, blocks: list[BlockRecord], k: int, sent: int) -> Look | None:

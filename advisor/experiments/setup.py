@@ -7,7 +7,7 @@ from pathlib import Path
 
 from advisor import knobs
 from advisor.errors import AdvisorError
-from advisor.experiments import planning
+from advisor.experiments import model_swap, planning
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.design import (
     SIGNAL_READOUT,
@@ -143,13 +143,14 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
         if dep.launcher == "endpoints" and dep.endpoints.candidate.rstrip("/") != dep.endpoints.baseline.rstrip("/"):
             raise DesignError("an A/A run on the endpoints launcher needs candidate: the baseline's own URL (or "
                               "the URL of a replica with the same configuration, started by whoever owns it)")
-        value, cand_env, knob = None, {}, None
+        value, cand_env, knob, models = None, {}, None, {}
         base_args = list(dep.local.args) if dep.local else []
         cand_args = list(base_args)
     else:
         if mechanism not in knobs.KNOBS:
             raise DesignError(f"unknown mechanism {mechanism!r}; known: {', '.join(knobs.KNOBS)}")
-        value, base_args, cand_args, cand_env, state = _candidate(dep, mechanism, value_text, direction, state)
+        value, base_args, cand_args, cand_env, state, models = _candidate(dep, mechanism, value_text, direction,
+                                                                          state)
         knob = knobs.KNOBS[mechanism]
     if blocks is not None and blocks < 2:
         raise DesignError("at least 2 blocks per arm: the block is the unit of replication")
@@ -181,7 +182,7 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
                   watch=tuple(getattr(knob, "watch", ()) or ()),
                   direction=(direction or knob.candidate.default) if knob and value_text is None else None,
                   seed_pinned=seed is not None or (workload is not None and "seed" in workload.model_fields_set),
-                  stopping=p.stopping, plan=p.describe(), aa=aa)
+                  stopping=p.stopping, plan=p.describe(), aa=aa, models=models)
 
 
 def _aa_secondaries(primary: tuple[str, str]) -> list[tuple[str, str]]:
@@ -192,9 +193,20 @@ def _aa_secondaries(primary: tuple[str, str]) -> list[tuple[str, str]]:
 
 def _candidate(dep: Deployment, mechanism: str, value_text: str | None, direction: str | None,
                state: EngineState | None):
-    """(value, baseline argv, candidate argv, candidate env, engine state): the one change, refused
-    when the engine lacks it or when it is what the baseline already runs."""
+    """(value, baseline argv, candidate argv, candidate env, engine state, both arms' models): the one
+    change, refused when the engine lacks it or when it is what the baseline already runs. A model
+    file as the value of a knob that takes one (quantization) swaps the served model: model_swap.py."""
     base_args = list(dep.local.args) if dep.local else []
+    try:
+        path = model_swap.candidate_path(mechanism, value_text)
+        if path is not None:
+            if dep.launcher != "local":
+                raise DesignError(f"{mechanism}: a model-file swap starts the candidate on {path}, which needs the "
+                                  "local launcher; with endpoints, serve the candidate model at the candidate URL")
+            cand_args = model_swap.swap(base_args, dep.local.command, dep.engine, path)
+            return str(path), base_args, cand_args, {}, state, model_swap.layers(base_args, dep.engine, path)
+    except model_swap.ModelSwapError as e:
+        raise DesignError(str(e)) from None
     if not knobs.supported(mechanism, dep.engine):
         raise DesignError(f"{mechanism} is not supported on {dep.engine}: "
                           f"{knobs.KNOBS[mechanism].engine(dep.engine).reason}")
@@ -221,7 +233,7 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
     cand_args, cand_env = knobs.apply(base_args, mechanism, dep.engine, value)
     if dep.launcher == "local" and cand_args == base_args and not cand_env:
         raise DesignError(f"{mechanism}={value!r} is what the baseline already runs: nothing to compare")
-    return value, base_args, cand_args, cand_env, state
+    return value, base_args, cand_args, cand_env, state, {}
 
 
 def launcher_for(d: Design, journal: Journal, log_dir: Path):

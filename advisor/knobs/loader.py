@@ -261,6 +261,9 @@ def _knob(name: str, raw: Any, signals: set[str] | None) -> Knob:
         if signals is not None and s not in signals:
             raise CatalogError(f"{where}.watch: unknown signal {s!r}")
     numerics = _need(raw, "changes_numerics", where, bool)
+    model_file = raw.get("model_file", False)
+    if not isinstance(model_file, bool):
+        raise CatalogError(f"{where}.model_file: true or false")
     revealed = raw.get("revealed") or {}
     if revealed and (not isinstance(revealed, dict) or "key" not in revealed):
         raise CatalogError(f"{where}.revealed: expected {{key: ..., candidate: ...}}")
@@ -279,7 +282,7 @@ def _knob(name: str, raw: Any, signals: set[str] | None) -> Knob:
     return Knob(name=name, description=description, config_key=revealed.get("key"),
                 candidate_when=None if candidate is None else str(candidate), layer=str(raw.get("layer", "")),
                 map_row=raw.get("map_row"), value=value, primary=primary, secondary=secondary, watch=watch,
-                fails_means=fails, changes_numerics=numerics, engines=engines, candidate=cand,
+                fails_means=fails, changes_numerics=numerics, model_file=model_file, engines=engines, candidate=cand,
                 engine_defaults=defaults)
 
 
@@ -302,6 +305,8 @@ def load_catalog(path: Path = CATALOG) -> tuple[dict[str, Knob], dict[str, dict]
     engines = raw["engines"]
     if set(engines) != set(ENGINES):
         raise CatalogError(f"{path.name}: engines must be exactly {', '.join(ENGINES)}")
+    for e in ENGINES:
+        _spellings(_need(engines[e], "model_flags", f"{path.name}: engines.{e}", list), f"engines.{e}.model_flags")
     signals = _known_signals()
     knobs = {name: _knob(name, k, signals) for name, k in raw["knobs"].items()}
     return knobs, {e: dict(engines[e]) for e in ENGINES}

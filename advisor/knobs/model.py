@@ -130,6 +130,7 @@ class Knob:
     watch: tuple[str, ...] = ()
     fails_means: str = ""
     changes_numerics: bool = False
+    model_file: bool = False           # a value naming a model file or folder swaps the served model
     engines: dict[str, EngineSpec] = field(default_factory=dict)
     candidate: CandidateSpec = CandidateSpec()
     engine_defaults: dict[str, tuple[EngineDefault, ...]] = field(default_factory=dict)

@@ -16,13 +16,14 @@ def deployment_spec(engine: LocalEngine, arms: str = "parallel", candidate_port:
     by arms: sequential, whose candidate takes the engine's port)."""
     argv = engine.command()
     i = argv.index("--port")
-    args = argv[3:i] + argv[i + 2:]
-    local = {"command": argv[:3], "args": args, "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **engine.env},
+    n = engine.launch_words
+    args = argv[n:i] + argv[i + 2:]
+    local = {"command": argv[:n], "args": args, "env": {**engine.spec_env, **engine.env},
              "host": HOST, "port": engine.port, "arms": arms, "start_timeout_s": 300,
              "isolate_engine_core": engine.isolate_engine_core, "owns_process": owns_process}
     if arms == "parallel":
         local["candidate_port"] = candidate_port or paths.free_port()
-    return {"name": name, "engine": "vllm", "model": paths.SERVED_MODEL_NAME, "launcher": "local", "local": local}
+    return {"name": name, "engine": engine.engine_kind, "model": paths.SERVED_MODEL_NAME, "launcher": "local", "local": local}
 
 
 def write_deployment(engine: LocalEngine, path: Path, **kw) -> Path:

@@ -48,6 +48,12 @@ class LocalEngine:
     vLLM forks an engine-core process; signalling the whole group stops both.
     """
 
+    # What a deployment spec of this engine says (advisor/localstack/deployment.py): its dialect,
+    # how many words of command() launch it (the rest are its args), and the environment it needs.
+    engine_kind = "vllm"
+    launch_words = 3
+    spec_env: Mapping[str, str] = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+
     def __init__(
         self,
         port: int | None = None,
@@ -201,6 +207,9 @@ class LlamaServer(LocalEngine):
 
     name = "llama-server"
     log_prefix = "llama-server"
+    engine_kind = "llamacpp"
+    launch_words = 1
+    spec_env: Mapping[str, str] = {}
 
     def __init__(self, port: int | None = None, max_num_seqs: int | None = 2, extra_args: Sequence[str] = (),
                  model: Path | str | None = None, served_model_name: str = paths.SERVED_MODEL_NAME,

@@ -55,6 +55,34 @@ class Inspection(BaseModel):
         return "\n".join(lines)
 
 
+class ModelLayers(BaseModel):
+    """An Inspection in one line per layer, without its role table: what an experiment's report
+    shows of each arm's model."""
+
+    path: str
+    container: str
+    formats: dict[str, float] = Field(description="numeric format -> share of the logical weights")
+    recipe: str
+    pattern: str
+    bpw: float
+    name_bpw: float | None = None
+    calibration: str
+    bytes: int
+
+    @classmethod
+    def of(cls, i: Inspection) -> ModelLayers:
+        total = sum(i.formats.values()) or 1
+        shares = {f: round(n / total, 4) for f, n in sorted(i.formats.items(), key=lambda kv: -kv[1])}
+        return cls(path=i.path, container=i.container, formats=shares, recipe=i.recipe, pattern=i.pattern,
+                   bpw=i.bpw, name_bpw=i.name_bpw, calibration=i.calibration, bytes=i.bytes)
+
+    def line(self) -> str:
+        claim = (f", the name says {self.name_bpw:g}" if self.name_bpw is not None
+                 and abs(self.name_bpw - self.bpw) > 0.05 else "")
+        return (f"{self.container}; {self.recipe}; {self.pattern}; {self.bpw:.3f} bits per weight{claim}; "
+                f"calibration: {self.calibration}; {self.bytes / 2**20:,.1f} MiB")
+
+
 class RoleTally:
     """Accumulates modules into role rows: formats, layers, logical weights and bytes."""
 

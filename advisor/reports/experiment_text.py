@@ -48,6 +48,12 @@ def render(r, console: Console) -> None:
         t.add_row(_e(m.name), _e(m.baseline), _e(m.candidate), _e(m.ratio), _e(m.ci), _e(m.adjusted_p),
                   f"[{COLOR.get(m.verdict, 'white')}]{_e(m.verdict)}[/]", f"[dim]{_e(m.method)}[/]")
     console.print(t)
+    if x.explanation:
+        console.print(f"[yellow]why:[/] {_e(x.explanation)}", highlight=False)
+    for arm, line in x.models:
+        console.print(f"{arm} model: {_e(line)}", highlight=False)
+    if x.memory:
+        console.print(f"resident memory: {_e(x.memory)}", highlight=False)
     if x.cost:
         console.print(f"cost: {_e(x.cost)}", highlight=False)
     if x.quality:

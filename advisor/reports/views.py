@@ -135,6 +135,9 @@ class ExperimentView:
     manifest_line: str | None = None  # the manifest in one line, for the terminal
     buckets: list[BucketRow] = field(default_factory=list)
     cost: str | None = None  # both arms' cost per output token and the candidate's ratio, or why not
+    models: list[tuple[str, str]] = field(default_factory=list)  # a model-file swap: (arm, its four layers)
+    memory: str | None = None  # both arms' resident memory
+    explanation: str | None = None  # the map's reading of a failure (dequantization ate the gain)
 
 
 def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
@@ -234,12 +237,36 @@ def experiment_view(result: ExperimentResult | None, *, key: str = "", deploymen
         looks=looks, design=design_lines, manifest_json=escape.json_text(r.manifest), forest_svg=forest_svg,
         blocks_svg=blocks_svg, id=ident, diagnosis_id=diagnosis_id, created=when(created),
         title=_title(r.mechanism, r.value), server=_server_rows(r), server_notes=list(r.server_notes),
-        quality=(f"{r.quality.exact_match:.0%} identical greedy outputs, {r.quality.token_agreement:.0%} token "
-                 f"agreement ({r.quality.note})") if r.quality else None,
+        quality=quality_text(r.quality),
         calibration=[NoiseRow(f"{n.metric} {n.statistic}", f"{n.block_sd:.3f}", f"{n.sampling_sd:.3f}",
                               f"{n.drift_sd:.3f}", n.blocks) for n in r.calibration or []],
         manifest_line=_manifest_line(r.manifest), buckets=_bucket_rows(r),
-        cost=cost_text(r.cost, r.cost_note))
+        cost=cost_text(r.cost, r.cost_note), models=[(arm, m.line()) for arm, m in r.models.items()],
+        memory=memory_text(r.memory), explanation=r.explanation)
+
+
+def quality_text(q) -> str | None:
+    if q is None:
+        return None
+    return (f"{q.prompts} prompts, {q.exact_match:.0%} identical greedy outputs, {q.token_agreement:.0%} of the "
+            f"baseline's tokens reproduced before the first divergence; {q.note}")
+
+
+def memory_text(m) -> str | None:
+    if m is None:
+        return None
+
+    def mib(b: int | None) -> str:
+        return "-" if b is None else f"{b / 2**20:,.1f} MiB"
+
+    def pair(b: int | None, c: int | None, r: float | None) -> str:
+        return f"baseline {mib(b)}, candidate {mib(c)}" + (f" (x{r:.3g})" if r is not None else "")
+
+    text = f"{pair(m.baseline_bytes, m.candidate_bytes, m.ratio)} (RSS of each arm's engine processes after its blocks)"
+    if m.baseline_weights_bytes is not None or m.candidate_weights_bytes is not None:
+        text += (f"; of it, the mapped model file: "
+                 f"{pair(m.baseline_weights_bytes, m.candidate_weights_bytes, m.weights_ratio)}")
+    return text
 
 
 @dataclass

@@ -90,14 +90,29 @@ def engine_client(url: str, timeout: float, transport: httpx.BaseTransport | Non
 
 
 class _EngineCounter:
-    """Counts through the engine's POST /tokenize (vLLM, SGLang: {"model", "prompt"|"messages"} -> {"count"})."""
+    """Counts through the engine's POST /tokenize: vLLM and SGLang read {"model", "prompt"|"messages"}
+    and answer {"count"}; llama-server reads {"content"} (a chat rendered first by its
+    /apply-template) and answers {"tokens"}, an empty list for a body it does not read."""
 
     def __init__(self, url: str, model: str, timeout: float, transport: httpx.BaseTransport | None,
                  http: HttpConfig | None = None):
         self.url, self._http = engine_client(url, timeout, transport, http)
         self.model = model
+        self._llama: bool | None = None  # llama-server's /tokenize, found at the first count
+
+    def _llama_count(self, text: str, api: Api) -> int:
+        if api == "chat":
+            text = self._json("/apply-template", {"messages": [{"role": "user", "content": text}]}).get("prompt")
+            if not isinstance(text, str):
+                raise PromptSizingError(f"{self.url}/apply-template answered no prompt")
+        tokens = self._json("/tokenize", {"content": text, "add_special": True}).get("tokens")
+        if not isinstance(tokens, list):
+            raise PromptSizingError(f"{self.url}/tokenize answered no token list")
+        return len(tokens)
 
     def __call__(self, text: str, api: Api) -> int:
+        if self._llama:
+            return self._llama_count(text, api)
         body = {"model": self.model}
         body.update({"messages": [{"role": "user", "content": text}]} if api == "chat" else {"prompt": text})
         try:
@@ -118,19 +133,27 @@ class _EngineCounter:
             if isinstance(answer.get("count"), int):
                 return answer["count"]
             if isinstance(answer.get("tokens"), list):
+                if not answer["tokens"] and text.strip() and self._llama is None:
+                    self._llama = True
+                    return self._llama_count(text, api)
+                self._llama = False
                 return len(answer["tokens"])
         raise PromptSizingError(f"{self.url}/tokenize answered HTTP {r.status_code}: {r.text[:200]}")
 
 
     def pieces(self, sample: str) -> list[str]:
         """The texts of the tokens of `sample`, each decoded alone (POST /tokenize, then /detokenize)."""
-        body = {"model": self.model, "prompt": sample, "add_special_tokens": False}
+        if self._llama is None:
+            self("a sample", "completions")
+        body = ({"content": sample, "add_special": False} if self._llama else
+                {"model": self.model, "prompt": sample, "add_special_tokens": False})
         ids = self._json("/tokenize", body).get("tokens")
         if not isinstance(ids, list):
             raise PromptSizingError(f"{self.url}/tokenize does not list token ids, so its vocabulary cannot be read")
         out = []
         for i in list(dict.fromkeys(ids))[:MAX_PIECES]:
-            text = self._json("/detokenize", {"model": self.model, "tokens": [i]}).get("prompt")
+            text = self._json("/detokenize", {"model": self.model, "tokens": [i]}).get(
+                "content" if self._llama else "prompt")
             if isinstance(text, str):
                 out.append(text)
         return out
