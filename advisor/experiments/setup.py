@@ -203,8 +203,9 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
             if dep.launcher != "local":
                 raise DesignError(f"{mechanism}: a model-file swap starts the candidate on {path}, which needs the "
                                   "local launcher; with endpoints, serve the candidate model at the candidate URL")
+            models = model_swap.layers(base_args, dep.engine, path)  # not a model: refused first
             cand_args = model_swap.swap(base_args, dep.local.command, dep.engine, path)
-            return str(path), base_args, cand_args, {}, state, model_swap.layers(base_args, dep.engine, path)
+            return str(path), base_args, cand_args, {}, state, models
     except model_swap.ModelSwapError as e:
         raise DesignError(str(e)) from None
     if not knobs.supported(mechanism, dep.engine):

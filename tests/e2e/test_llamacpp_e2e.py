@@ -4,11 +4,13 @@ tiny model's Q4_K_M GGUF with --metrics. The engine probe reads its dialect off 
 directly."""
 
 import json
+import os
 
 from typer.testing import CliRunner
 
 from advisor.cli import app
 from advisor.localstack import LlamaServer, paths
+from advisor.store import open_store
 from probes import probe_engine
 
 runner = CliRunner()
@@ -35,3 +37,66 @@ def test_llama_server_is_probed_in_its_own_dialect_and_its_model_inspected(backg
     direct = json.loads(runner.invoke(app, ["model", "inspect", str(paths.tiny_gguf("Q4_K_M")), "-o", "json"]).stdout)
     assert served == direct
     assert served["pattern"].startswith("mostly Q4_K;") and served["bpw"] > 4.5
+
+
+def test_quantization_ab_swaps_the_gguf_and_reports_layers_memory_speed_and_quality(tmp_path, isolated_store):
+    """Q8_0 -> Q4_K_M on a live llama-server, through the same runner as every knob: only the model
+    file changes; the report holds both arms' four layers, their resident weights, TPOT and quality."""
+    import psutil
+    import yaml
+
+    from advisor.experiments.launchers import healthy
+    from advisor.localstack.deployment import write_deployment
+    from tests.support.servers import listener
+
+    q8, q4 = paths.tiny_gguf("Q8_0"), paths.tiny_gguf("Q4_K_M")
+    with LlamaServer(model=q8, max_num_seqs=2) as base:
+        dep = write_deployment(base, tmp_path / "dep.yaml", name="local-cpu-llama")
+        r = runner.invoke(app, ["experiment", "--deployment", str(dep), "--mechanism", "quantization", "--value",
+                                str(q4), "--readout", "tpot_p50", "--blocks", "4", "--block-requests", "24",
+                                "--concurrency", "2", "--output", "json"])
+        assert r.exit_code in (0, 1), r.output
+        x = json.loads(r.stdout)
+        assert x["status"] == "finished" and x["baseline_restored"], x.get("aborted")
+        # Only the model file changed, and the baseline serves its own again.
+        base_argv, cand_argv = x["manifest"]["baseline_argv"], x["manifest"]["candidate_argv"]
+        assert [a for a in cand_argv if a not in (str(q4),)] == [a for a in base_argv if a != str(q8)]
+        assert healthy(base.url) and str(q8) in psutil.Process(listener(base.port)).cmdline()
+        assert listener(yaml.safe_load(dep.read_text())["local"]["candidate_port"]) is None, "candidate stopped"
+
+    # Both arms' models in the map's four layers.
+    models = x["models"]
+    assert models["baseline"]["pattern"].startswith("uniform Q8_0") and 8.4 < models["baseline"]["bpw"] < 8.6
+    assert models["candidate"]["pattern"].startswith("mostly Q4_K;") and 4.8 < models["candidate"]["bpw"] < 5.0
+    # Memory: llama-server maps its GGUF, so each arm's resident weights are its file's pages.
+    m = x["memory"]
+    for arm, path in (("baseline", q8), ("candidate", q4)):
+        size = path.stat().st_size
+        assert 0.9 * size <= m[f"{arm}_weights_bytes"] <= size + 4096, (arm, m, size)
+        assert m[f"{arm}_bytes"] > m[f"{arm}_weights_bytes"]
+    # Speed: TPOT judged per block; and the map's reading when the smaller weights did not decode faster.
+    tpot = next(t for t in x["metrics"] if t["metric"] == "tpot")
+    assert tpot["ratio"] is not None and all(b["tpot_p50"] for b in x["blocks"])
+    assert (x["explanation"] is None) == (tpot["verdict"] == "improved"), (x["explanation"], tpot["verdict"])
+    if x["explanation"]:
+        assert x["explanation"].startswith(("dequantization ate the gain", "dequantization may have eaten the gain"))
+    # Quality on the shipped prompts, against the baseline's own tokens in the same run.
+    q = x["quality"]
+    assert q["prompts"] >= 200 and q["positions"] > q["prompts"]
+    lo, hi = q["logprob_ci"]
+    assert lo <= q["logprob_diff"] <= hi and q["verdict"] in ("within margin", "past margin", "unclear")
+    assert q["exact_match"] < 1, "Q4_K_M and Q8_0 of random weights cannot agree on every greedy output"
+    if q["verdict"] == "past margin":
+        assert x["verdict"] == "regressed"
+    if q["verdict"] == "unclear":
+        assert x["verdict"] != "improved"
+
+    # The stored experiment's markdown report carries the same readouts.
+    with open_store(os.environ["ADVISOR_DB_URL"]) as store:
+        [stored] = [e.id for e in store.list_experiments("local-cpu-llama") if e.key == x["id"]]
+    out = tmp_path / "x.md"
+    md = runner.invoke(app, ["report", "experiment", str(stored), "--out", str(out)])
+    assert md.exit_code == 0, md.output
+    text = out.read_text()
+    for line in ("Baseline model: GGUF v3", "Candidate model: GGUF v3", "Resident memory:", "Quality guard: 240 prompts"):
+        assert line in text, (line, text[:3000])

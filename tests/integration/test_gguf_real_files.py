@@ -83,3 +83,30 @@ def test_the_cli_explains_a_real_mixed_file():
     assert "bits per weight:" in text and "the name suggests 4" in text and "calibration: present: imatrix" in text
     body = json.loads(runner.invoke(app, ["model", "inspect", str(real("IQ4_XS")), "-o", "json"]).stdout)
     assert body["formats"]["IQ4_XS"] > 0
+
+
+def llama_deployment(tmp_path, quant="Q8_0"):
+    import yaml
+
+    spec = {"name": "llama", "engine": "llamacpp", "model": "tiny-llama", "launcher": "local",
+            "local": {"command": [str(paths.llama_cpp_bin("llama-server"))],
+                      "args": ["-m", str(real(quant)), "--alias", "tiny-llama", "-np", "2"],
+                      "port": paths.free_port(), "arms": "parallel", "candidate_port": paths.free_port()}}
+    path = tmp_path / "dep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_a_quantization_experiment_swaps_only_the_model_file_and_plans_both_arms_layers(tmp_path):
+    r = runner.invoke(app, ["experiment", "--deployment", str(llama_deployment(tmp_path)), "--mechanism",
+                            "quantization", "--value", str(real("Q4_K_M")), "--readout", "tpot_p50", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert f"candidate argv: -m {real('Q4_K_M')} --alias tiny-llama -np 2" in r.output
+    assert "baseline model: GGUF v3" in r.output and "uniform Q8_0" in r.output
+    assert "candidate model: GGUF v3" in r.output and "mostly Q4_K;" in r.output
+
+
+def test_a_quantization_experiment_to_the_baselines_own_file_is_refused(tmp_path):
+    r = runner.invoke(app, ["experiment", "--deployment", str(llama_deployment(tmp_path)), "--mechanism",
+                            "quantization", "--value", str(real("Q8_0"))])
+    assert r.exit_code == 2 and "is the model the baseline already serves: nothing to test" in r.output, r.output

@@ -123,11 +123,21 @@ def test_default_concurrency_lets_only_the_baseline_queue_for_slot_limits(tmp_pa
     (["--mechanism", "max_num_seqs", "--value", "2"], "max_num_seqs is already 2 in the baseline's argv: nothing to test"),
     (["--mechanism", "max_num_seqs", "--value", "abc"], "max_num_seqs"),
     (["--mechanism", "max_num_seqs", "--value", "8", "--blocks", "1"], "greater than or equal to 2"),
-    (["--mechanism", "quantization"], "give --value"),
+    (["--mechanism", "quantization"], "model file or folder as --value"),
+    (["--mechanism", "quantization", "--value", "/nowhere/model-Q4_K_M.gguf"], "no such model file or folder"),
 ])
 def test_bad_experiments_are_refused_before_anything_starts(tmp_path, args, message):
     r = runner.invoke(app, ["experiment", "--deployment", dep_file(tmp_path), *args])
     assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_a_model_swap_to_a_file_that_is_not_a_model_is_refused_before_anything_starts(tmp_path):
+    notes = tmp_path / "notes.gguf"
+    notes.write_bytes(b"not a model at all, just text" * 4)
+    r = runner.invoke(app, ["experiment", "--deployment", dep_file(tmp_path), "--mechanism", "quantization",
+                            "--value", str(notes)])
+    assert r.exit_code == 2 and "candidate model:" in r.output and "magic" in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1
 
 
 def test_prompts_that_cannot_be_sized_stop_the_baseline_it_started(tmp_path, monkeypatch):

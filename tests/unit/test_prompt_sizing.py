@@ -264,3 +264,46 @@ def test_a_tokenizer_without_whole_words_is_sized_from_its_own_vocabulary(kind):
     for texts in groups.values():  # a group's prompts begin with one text of the prefix's tokens
         assert len({"".join(tokens(t)[:w.prefix.tokens]) for t in texts}) == 1
     assert len(set(prompts.values())) == len(prompts)
+
+
+def llama_server_tokenizer(bos=1):
+    """llama-server's /tokenize: {"content", "add_special"} -> {"tokens"}; a body it does not read
+    (vLLM's {"model", "prompt"}) gives an empty list, and a chat is rendered by /apply-template."""
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append((request.url.path, body))
+        if request.url.path == "/apply-template":
+            return httpx.Response(200, json={"prompt": "<|user|>\n" + body["messages"][0]["content"] + "\n"})
+        if request.url.path == "/tokenize":
+            words = body.get("content", "").split()
+            return httpx.Response(200, json={"tokens": [1] * ((bos if body.get("add_special") else 0) + len(words))})
+        return httpx.Response(404, json={"error": {"code": 404, "message": "File Not Found"}})
+
+    return httpx.MockTransport(handler), seen
+
+
+def test_llama_servers_tokenize_dialect_is_found_at_the_first_count_and_kept():
+    transport, seen = llama_server_tokenizer()
+    s = PromptSizer.for_target(URL, "m", transport=transport)
+    w = workload(prefix=None)
+    reqs = plan(w)[:20]
+    prompts = s.prompts_for(reqs, w)
+    for r in reqs:
+        assert 1 + len(prompts[r.index].split()) == r.prompt_tokens  # BOS, as the server adds it
+    bodies = [b for path, b in seen if path == "/tokenize"]
+    assert "prompt" in bodies[0] and all("content" in b for b in bodies[2:])
+    assert sum("prompt" in b for b in bodies) == 1, "the vLLM form is tried once, not per prompt"
+
+
+def test_llama_server_chat_prompts_are_counted_through_its_template():
+    transport, seen = llama_server_tokenizer()
+    s = PromptSizer.for_target(URL, "m", transport=transport)
+    w = workload(prefix=None, api="chat")
+    reqs = plan(w)[:5]
+    prompts = s.prompts_for(reqs, w)
+    assert any(path == "/apply-template" for path, _ in seen)
+    for r in reqs:
+        # "<|user|>" is one more word, and the BOS
+        assert 2 + len(prompts[r.index].split()) == r.prompt_tokens
