@@ -39,6 +39,7 @@ TOP_K = 5
 # candidate says something else often enough to matter (a 10% lower probability per token).
 MARGIN = 0.1
 LEVEL = 0.95
+CONCURRENCY = 4
 
 
 def _load() -> list[str]:
@@ -82,13 +83,15 @@ def steps(choice: dict) -> list[Step]:
 
 
 def greedy(url: str, model: str, prompts: list[str] | None = None, max_tokens: int = MAX_TOKENS,
-           top_k: int = TOP_K, timeout: float = 60.0) -> list[list[Step]]:
-    """Each prompt's greedy completion as the engine's own tokens, one request at a time (a batch's
-    composition can change an engine's numerics, and the two arms must not differ in that)."""
-    out = []
+           top_k: int = TOP_K, timeout: float = 60.0, concurrency: int = CONCURRENCY) -> list[list[Step]]:
+    """Each prompt's greedy completion as the engine's own tokens, in prompt order. A few in flight:
+    one at a time would take minutes on a CPU engine; the arms are asked alike, and an A/A run shows
+    what batching alone changes (nothing on llama.cpp and the tiny model here)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     # Each request within its own deadline (timeout), TLS and credentials from the settings.
     with http_client(net.config("engine", timeout=timeout, url=url)) as c:
-        for p in PROMPTS if prompts is None else prompts:
+        def one(p: str) -> list[Step]:
             r = request(c, "POST", url.rstrip("/") + "/v1/completions", what="engine", json={
                 "model": model, "prompt": p, "max_tokens": max_tokens, "temperature": 0.0, "logprobs": top_k,
                 "seed": 0, "return_tokens_as_token_ids": True})
@@ -99,10 +102,12 @@ def greedy(url: str, model: str, prompts: list[str] | None = None, max_tokens: i
                 choice = r.json()["choices"][0]
                 if not isinstance(choice, dict):
                     raise TypeError(choice)
-                out.append(steps(choice))
+                return steps(choice)
             except (ValueError, KeyError, IndexError, TypeError):
                 raise AdvisorError(f"quality guard: {url}/v1/completions answered no readable choice") from None
-    return out
+
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            return list(pool.map(one, PROMPTS if prompts is None else prompts))
 
 
 def _prompt_diff(a: list[Step], b: list[Step]) -> tuple[int, list[float]]:
