@@ -131,3 +131,28 @@ def inspect_gguf(path: Path) -> Inspection:
 
 
 __all__ = ["GGUFError", "inspect_gguf"]
+
+
+def structure_gguf(path: Path):
+    """The model's structure (layers, heads, KV heads, experts) from a GGUF file's `{arch}.*` keys,
+    as the diagnosis reads a config.json's. llama.cpp caches K and V in F16 unless told otherwise
+    (--cache-type-k/-v), so that is the dtype its KV bytes per token are counted in."""
+    from advisor.models.structure import ModelConfigError, parse
+
+    meta = read(path).metadata
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str):
+        raise ModelConfigError(f"{path}: no general.architecture key")
+
+    def key(name: str):
+        v = meta.get(f"{arch}.{name}")
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    heads = key("attention.head_count")
+    cfg = {"model_type": arch, "num_hidden_layers": key("block_count"), "hidden_size": key("embedding_length"),
+           "num_attention_heads": heads, "num_key_value_heads": key("attention.head_count_kv") or heads,
+           "head_dim": key("attention.key_length"), "kv_lora_rank": key("attention.kv_lora_rank"),
+           "num_experts": key("expert_count"), "num_experts_per_tok": key("expert_used_count"),
+           "n_shared_experts": key("expert_shared_count"), "max_position_embeddings": key("context_length"),
+           "dtype": "float16"}
+    return parse({k: v for k, v in cfg.items() if v is not None}, f"{path} (GGUF metadata)")

@@ -1,9 +1,13 @@
-"""The structure of the model a diagnosed deployment serves: its config.json found from the
-deployment spec's argv, the root vLLM's /v1/models reports, or the served name when it is a local
-folder or a cached hub id. Never fatal: a diagnosis without it says why."""
+"""The structure of the model a diagnosed deployment serves: its config.json (or a GGUF file's
+metadata) found from the deployment spec's argv, the root vLLM's /v1/models reports, or the served
+name when it is a local folder or a cached hub id. Never fatal: a diagnosis without it says why."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from advisor.models.gguf_file import looks_like_gguf
+from advisor.models.gguf_inspect import structure_gguf
 from advisor.models.locate import config_path, model_args
 from advisor.models.structure import ModelConfigError, ModelStructure, read
 
@@ -25,6 +29,8 @@ def served_structure(snapshot, deployment=None) -> tuple[ModelStructure | None, 
     problems = []
     for name in dict.fromkeys(candidates):
         try:
+            if looks_like_gguf(Path(name)) and Path(name).is_file():
+                return structure_gguf(Path(name)), None
             path = config_path(name)
             if path is not None:
                 return read(path), None

@@ -110,3 +110,27 @@ def test_a_quantization_experiment_to_the_baselines_own_file_is_refused(tmp_path
     r = runner.invoke(app, ["experiment", "--deployment", str(llama_deployment(tmp_path)), "--mechanism",
                             "quantization", "--value", str(real("Q8_0"))])
     assert r.exit_code == 2 and "is the model the baseline already serves: nothing to test" in r.output, r.output
+
+
+@pytest.mark.parametrize("quant", ["F16", "Q4_K_M"])
+def test_the_structure_read_from_gguf_metadata_is_the_checkpoints(quant):
+    from advisor.models.gguf_inspect import structure_gguf
+    from advisor.models.structure import read as read_config
+
+    g, hf = structure_gguf(real(quant)), read_config(paths.tiny_model_dir())
+    for field in ("layers", "hidden_size", "attention_heads", "kv_heads", "head_dim", "attention", "experts"):
+        assert getattr(g, field) == getattr(hf, field), field
+    assert g.kv_bytes_per_token() == 2 * hf.layers * hf.kv_heads * hf.head_dim * 2  # F16 K and V
+
+
+def test_a_diagnosis_of_llama_server_reads_its_models_structure_from_the_deployments_gguf(tmp_path):
+    from types import SimpleNamespace
+
+    from advisor.experiments.deployment import load_deployment
+    from advisor.models.served import served_structure
+
+    dep = load_deployment(llama_deployment(tmp_path, "Q4_K_M"))
+    snap = SimpleNamespace(target="http://10.0.0.9:8080", model="tiny-llama",
+                           engine=SimpleNamespace(roots=[], models=["tiny-llama"]))
+    s, why = served_structure(snap, dep)
+    assert why is None and s.source.endswith("tiny-llama-Q4_K_M.gguf (GGUF metadata)") and s.kv_heads == 2
