@@ -34,3 +34,12 @@ for kind in words pieces chars; do
     log "tiny model ok: $dir"
   fi
 done
+
+# Its FP8 twin, as vLLM reads a serialized FP8 checkpoint (advisor model inspect reads it; vLLM's
+# CPU build cannot serve it: its FP8 kernels are GPU-only).
+if [ ! -f "$model-fp8/config.json" ]; then
+  log "building the tiny model's FP8 checkpoint at $model-fp8"
+  "$venv/bin/python" "$here/build_tiny_fp8.py" "$model" "$model-fp8"
+else
+  log "tiny FP8 checkpoint ok: $model-fp8"
+fi

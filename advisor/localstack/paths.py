@@ -26,6 +26,12 @@ def tiny_model_dir(tokenizer: str = "words") -> Path:
     return base if tokenizer == "words" else base.with_name(f"{base.name}-{tokenizer}")
 
 
+def tiny_fp8_dir() -> Path:
+    """The tiny model as a serialized FP8 checkpoint (scripts/build_tiny_fp8.py), built beside it."""
+    base = tiny_model_dir()
+    return base.with_name(f"{base.name}-fp8")
+
+
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"  # the source package whose vendor/llama.cpp is built
 GGUF_QUANTS = ("F16", "Q8_0", "Q4_K_M", "IQ4_XS", "UD-Q4_K_XL")
 
