@@ -285,3 +285,31 @@ def summarize(status: GpuStatus, window_s: float | None) -> dict[str, Signal]:
     out["gpu_memory_used_frac"] = _memory_share(status, window_s)
     out.update({n: _missing(n, NO_DCGM, window_s) for n in _DCGM_ONLY})
     return {n: out[n] for n in SUMMARY_SIGNALS}
+
+
+def process_gpu_bytes(pids: set[int], nvml: ModuleType | Any = None) -> int | None:
+    """GPU memory used by these processes on every device (NVML's compute processes), summed: what an
+    experiment arm's engine holds. None when NVML cannot be read or none of them holds any."""
+    if nvml is None:
+        nvml, _ = _load_nvml()
+        if nvml is None:
+            return None
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return None
+    try:
+        total, found = 0, False
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if p.pid in pids and p.usedGpuMemory is not None:
+                    total, found = total + int(p.usedGpuMemory), True
+        return total if found else None
+    except nvml.NVMLError:
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass

@@ -18,7 +18,14 @@ from advisor.cores import isolate_engine_core
 from advisor.errors import AdvisorError
 from advisor.experiments.deployment import Deployment
 from advisor.experiments.journal import Journal
-from advisor.experiments.processes import UNSEEN, ProcessRecord, holder, is_or_descends_from, resident_bytes
+from advisor.experiments.processes import (
+    UNSEEN,
+    ProcessRecord,
+    Resident,
+    holder,
+    is_or_descends_from,
+    resident_bytes,
+)
 from probes.http import redact_url
 
 ARMS = ("baseline", "candidate")
@@ -116,7 +123,7 @@ class Launcher(Protocol):
     def found_state(self) -> dict: ...
     notes: list[str]  # what the launcher could not confirm about the arms, for the report
 
-    def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> tuple[int | None, int | None]: ...
+    def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> Resident: ...
 
 
 class EndpointsLauncher:
@@ -144,14 +151,14 @@ class EndpointsLauncher:
     def take_down(self, arm: str) -> None:
         pass
 
-    def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> tuple[int | None, int | None]:
+    def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> Resident:
         """Read only where the arm serves on this host (a loopback URL); elsewhere its memory is the
         engine host's to report."""
         from urllib.parse import urlsplit
 
         u = urlsplit(self.url(arm))
         if u.hostname not in ("127.0.0.1", "localhost", "::1"):
-            return None, None
+            return Resident()
         return resident_bytes(u.port or (443 if u.scheme == "https" else 80), files)
 
     def preflight(self) -> None:
@@ -333,8 +340,8 @@ class LocalLauncher:
             return f"the {arm} engine at {self.url(arm)} is unhealthy"
         return None
 
-    def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> tuple[int | None, int | None]:
-        """The arm's engine's resident memory now, and the part that maps `files` (read, never signalled)."""
+    def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> Resident:
+        """The arm's engine's memory now (read, never signalled)."""
         return resident_bytes(self.port(arm), files)
 
     def take_down(self, arm: str) -> None:

@@ -114,12 +114,15 @@ def layers(base_args: list[str], engine: str, candidate: Path) -> dict[str, Mode
 
 def explain(memory, tpot, fails_means: str) -> str | None:
     """The map's reading of a quantization that did not pay: memory fell, TPOT did not improve.
-    memory: the MemoryReadout (the mapped weights where the engine maps them, else the whole RSS);
+    memory: the MemoryReadout (the mapped weights where the engine maps them, else its GPU memory,
+    else the whole RSS);
     tpot: the judged TPOT MetricResult (or None)."""
     if memory is None or tpot is None or tpot.verdict == "improved":
         return None
     if memory.weights_ratio is not None:
         base, cand, what = memory.baseline_weights_bytes, memory.candidate_weights_bytes, "resident weights"
+    elif memory.gpu_ratio is not None:
+        base, cand, what = memory.baseline_gpu_bytes, memory.candidate_gpu_bytes, "GPU memory"
     else:
         base, cand, what = memory.baseline_bytes, memory.candidate_bytes, "resident memory"
     if not base or cand is None or cand / base - 1 > -MEMORY_CHANGE:

@@ -13,6 +13,7 @@ import shlex
 import socket
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import psutil
 
@@ -130,28 +131,37 @@ def holder(port: int) -> ProcessRecord | None:
     return UNSEEN if pids or hidden else None
 
 
-def resident_bytes(port: int, files: tuple[str, ...] = ()) -> tuple[int | None, int | None]:
-    """(resident memory of the process tree serving a local port, the part of it that maps `files`):
-    RSS summed over the tree (vLLM's engine core is a child of its API server); the mapped part is
-    what an engine that mmaps its weights (llama.cpp) holds of the model file. Read without
-    signalling anything; (None, None) when nothing we can see serves the port, and None for the
-    mapped part when no process maps the files."""
+class Resident(NamedTuple):
+    """An engine's memory as read from its live processes: RSS of its process tree, the part of it
+    that maps the given files (an engine that mmaps its weights: llama.cpp), and its GPU memory
+    (NVML's compute processes of the tree); None where not known."""
+    rss: int | None = None
+    mapped: int | None = None
+    gpu: int | None = None
+
+
+def resident_bytes(port: int, files: tuple[str, ...] = ()) -> Resident:
+    """The memory of the process tree serving a local port (vLLM's engine core is a child of its API
+    server), read without signalling anything; all None when nothing we can see serves the port."""
+    from probes.gpu import process_gpu_bytes
+
     rec = holder(port)
     if rec is None or rec is UNSEEN:
-        return None, None
+        return Resident()
     wanted = {os.path.realpath(f) for f in files}
     total, mapped, found = 0, 0, False
     try:
         top = psutil.Process(rec.pid)
-        for p in (top, *top.children(recursive=True)):
+        tree = (top, *top.children(recursive=True))
+        for p in tree:
             total += p.memory_info().rss
             if wanted:
                 for m in p.memory_maps(grouped=True):
                     if m.path and os.path.realpath(m.path) in wanted:
                         mapped, found = mapped + m.rss, True
     except psutil.Error:
-        return None, None
-    return total, mapped if found else None
+        return Resident()
+    return Resident(total, mapped if found else None, process_gpu_bytes({p.pid for p in tree}))
 
 
 def is_or_descends_from(pid: int, record: ProcessRecord) -> bool:

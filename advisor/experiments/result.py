@@ -91,6 +91,7 @@ class BlockRecord(BaseModel):
                                        "(RSS, summed over its process tree) right after this block's load")
     weights_resident_bytes: int | None = Field(default=None, description="the part of it that maps the arm's "
                                                "model file (an engine that mmaps its weights)")
+    gpu_bytes: int | None = Field(default=None, description="GPU memory its processes hold (NVML)")
 
 
 QualityVerdict = Literal["within margin", "past margin", "unclear"]
@@ -114,13 +115,15 @@ class QualityGuard(BaseModel):
 
 
 class MemoryReadout(BaseModel):
-    """Each arm's resident memory, the median over its valid blocks: the whole process tree's (RSS),
-    and where the engine maps its model file (llama.cpp), the weights' share of it."""
+    """Each arm's memory, the median over its valid blocks: the whole process tree's (RSS); where the
+    engine maps its model file (llama.cpp), the weights' share of it; and its GPU memory (NVML)."""
 
     baseline_bytes: int | None
     candidate_bytes: int | None
     baseline_weights_bytes: int | None = None
     candidate_weights_bytes: int | None = None
+    baseline_gpu_bytes: int | None = None
+    candidate_gpu_bytes: int | None = None
 
     @staticmethod
     def _ratio(b: int | None, c: int | None) -> float | None:
@@ -133,6 +136,10 @@ class MemoryReadout(BaseModel):
     @property
     def weights_ratio(self) -> float | None:
         return self._ratio(self.baseline_weights_bytes, self.candidate_weights_bytes)
+
+    @property
+    def gpu_ratio(self) -> float | None:
+        return self._ratio(self.baseline_gpu_bytes, self.candidate_gpu_bytes)
 
 
 class ReadoutNoise(BaseModel):

@@ -34,6 +34,7 @@ from advisor.experiments import engine_readouts, model_swap, quality, readouts, 
 from advisor.experiments.design import Design
 from advisor.experiments.journal import Journal
 from advisor.experiments.launchers import Launcher, LaunchError
+from advisor.experiments.processes import Resident
 from advisor.experiments.result import BlockRecord, BucketResult, ExperimentResult, Look, MemoryReadout
 from advisor.loadgen.loop import run_load
 from advisor.loadgen.metrics import summarize
@@ -230,8 +231,8 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
             sent += block_sent
             server = watch.readout(block_sent)
             model = design.models.get(arm)
-            resident, weights = (launcher.resident_bytes(arm, (model.path,) if model else ())
-                                 if hasattr(launcher, "resident_bytes") else (None, None))
+            memory = (launcher.resident_bytes(arm, (model.path,) if model else ())
+                      if hasattr(launcher, "resident_bytes") else Resident())
             summary = summarize(r)
             by_block[(arm, b)] = r.records
             run_id = save_block(arm, b, r, summary) if save_block else None
@@ -241,7 +242,8 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                                       generator_valid=summary.generator.valid,
                                       why_invalid=summary.generator.why_invalid, run_id=run_id,
                                       restart_s=restart.pop(arm, None), warmup_requests=warmed_now,
-                                      server=server, resident_bytes=resident, weights_resident_bytes=weights))
+                                      server=server, resident_bytes=memory.rss,
+                                      weights_resident_bytes=memory.mapped, gpu_bytes=memory.gpu))
             journal.write(exp, "block", arm=arm, block=b, ok=s.ok, errors=s.errors)
             say(f"{arm} block {b + 1}: {s.ok}/{s.requests} ok, TTFT p50 {1000 * (s.ttft.p50 or 0):.0f} ms")
             if r.aborted:
@@ -318,7 +320,8 @@ def _memory(blocks: list[BlockRecord]) -> MemoryReadout | None:
 
     m = MemoryReadout(baseline_bytes=med("baseline", "resident_bytes"), candidate_bytes=med("candidate", "resident_bytes"),
                       baseline_weights_bytes=med("baseline", "weights_resident_bytes"),
-                      candidate_weights_bytes=med("candidate", "weights_resident_bytes"))
+                      candidate_weights_bytes=med("candidate", "weights_resident_bytes"),
+                      baseline_gpu_bytes=med("baseline", "gpu_bytes"), candidate_gpu_bytes=med("candidate", "gpu_bytes"))
     return None if m.baseline_bytes is None and m.candidate_bytes is None else m
 
 

@@ -266,6 +266,8 @@ def memory_text(m) -> str | None:
     if m.baseline_weights_bytes is not None or m.candidate_weights_bytes is not None:
         text += (f"; of it, the mapped model file: "
                  f"{pair(m.baseline_weights_bytes, m.candidate_weights_bytes, m.weights_ratio)}")
+    if m.baseline_gpu_bytes is not None or m.candidate_gpu_bytes is not None:
+        text += f"; GPU memory (NVML): {pair(m.baseline_gpu_bytes, m.candidate_gpu_bytes, m.gpu_ratio)}"
     return text
 
 

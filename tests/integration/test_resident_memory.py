@@ -29,12 +29,12 @@ def test_the_mapped_part_of_a_port_holders_memory_is_the_file_it_maps(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", SERVE, str(weights), str(port)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        total, mapped = resident_bytes(port, (str(weights),))
+        total, mapped, gpu = resident_bytes(port, (str(weights),))
         assert mapped is not None and 7.5 * 2**20 <= mapped <= 8 * 2**20 + 4096
-        assert total > mapped
+        assert total > mapped and gpu is None  # a CPU process holds no GPU memory
         assert resident_bytes(port, (str(other),))[1] is None  # a file it does not map: no mapped part
     finally:
         proc.kill()
         proc.wait(10)
     time.sleep(0.2)
-    assert resident_bytes(port, (str(weights),)) == (None, None)  # nothing serves the port any more
+    assert resident_bytes(port, (str(weights),)) == (None, None, None)  # nothing serves the port any more

@@ -70,3 +70,9 @@ def test_without_mapped_weights_the_whole_resident_memory_is_read():
     assert "resident memory fell 40%" in model_swap.explain(fell, tpot("regressed", 1.2), "")
     same = MemoryReadout(baseline_bytes=100 * MiB, candidate_bytes=99 * MiB)
     assert model_swap.explain(same, tpot("regressed", 1.2), "") is None  # 1%: the allocator's noise
+
+
+def test_gpu_memory_is_read_where_no_weights_are_mapped():
+    m = MemoryReadout(baseline_bytes=100 * MiB, candidate_bytes=100 * MiB, baseline_gpu_bytes=40 * MiB,
+                      candidate_gpu_bytes=20 * MiB)
+    assert "GPU memory fell 50%" in model_swap.explain(m, tpot("no change"), "")
