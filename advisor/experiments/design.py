@@ -21,6 +21,8 @@ SIGNAL_READOUT = {
     "e2e_p99": ("e2e", "p99"), "e2e_p95": ("e2e", "p95"), "e2e_p50": ("e2e", "p50"),
     "generation_tokens_per_s": ("output_tokens", "per_s"), "request_rate": ("throughput", "per_s"),
     "error_rate": ("errors", "ratio"), "admission_rejections_per_s": ("errors", "ratio"),
+    "urgent_ttft_p50": ("urgent_ttft", "p50"), "urgent_ttft_p95": ("urgent_ttft", "p95"),
+    "urgent_e2e_p95": ("urgent_e2e", "p95"),
 }
 
 
@@ -172,6 +174,13 @@ def default_workload(mechanism: str, requests: int, concurrency: int, seed: int)
         # Decode-bound requests queue for batch slots; prefill-bound ones would only queue inside
         # the engine instead, whatever the slot count.
         spec["buckets"] = [{"prompt_tokens": [50, 100], "output_tokens": [128, 192]}]
+    elif mechanism == "scheduling_policy":
+        # Two classes in one queue: a few interactive requests (priority 0, short answers) among
+        # batch ones (priority 1, long answers) that hold the slots; only a priority scheduler lets
+        # the interactive ones overtake.
+        spec["buckets"] = [
+            {"name": "interactive", "prompt_tokens": [50, 100], "output_tokens": [8, 16], "weight": 1, "priority": 0},
+            {"name": "batch", "prompt_tokens": [50, 100], "output_tokens": [96, 128], "weight": 3, "priority": 1}]
     elif mechanism in ("max_num_batched_tokens", "chunked_prefill", "replicas", "data_parallel"):
         spec["buckets"] = [{"prompt_tokens": [500, 700], "output_tokens": 32}]
     return Workload.model_validate(spec)

@@ -3,8 +3,10 @@
 
 A readout is a (metric, statistic) pair of two kinds:
 
-* per-request readouts: ttft, tpot, itl, e2e (seconds, lower is better) with p50, p95, p99 or mean.
-  Each block contributes its requests' samples; stats.compare judges them with the block as the unit
+* per-request readouts: ttft, tpot, itl, e2e (seconds, lower is better) with p50, p95, p99 or mean;
+  urgent_ttft and urgent_e2e are TTFT and E2E of the block's most urgent priority class only (the
+  lowest `priority` its workload sends; every request when it sends none), what priority
+  scheduling is for. Each block contributes its requests' samples; stats.compare judges them with the block as the unit
   (a rank test on block medians for p50, a bootstrap over blocks for the tails and the mean).
 * block readouts: one value per block, computed over the block's own duration (from its first
   send to its last completion), so that a slower arm is not credited with the idle time of a fixed
@@ -26,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 REQUEST_STATISTICS = ("p50", "p95", "p99", "mean")
-REQUEST_METRICS = ("ttft", "tpot", "itl", "e2e")
+REQUEST_METRICS = ("ttft", "tpot", "itl", "e2e", "urgent_ttft", "urgent_e2e")
+URGENT = {"urgent_ttft": "ttft", "urgent_e2e": "e2e"}
 BLOCK_READOUTS: dict[str, str] = {
     "output_tokens": "per_s", "throughput": "per_s", "goodput": "per_s", "errors": "ratio",
 }
@@ -57,6 +60,11 @@ def names() -> list[str]:
 
 def request_values(records: Sequence, metric: str) -> list[float]:
     """One block's per-request samples of a request metric (TTFT also of cancelled requests)."""
+    if metric in URGENT:
+        classes = [r.priority for r in records if r.priority is not None]
+        if classes:
+            records = [r for r in records if r.priority == min(classes)]
+        metric = URGENT[metric]
     if metric == "ttft":
         return [r.ttft for r in records if r.status in ("ok", "cancelled") and r.ttft is not None]
     ok = [r for r in records if r.status == "ok"]

@@ -117,6 +117,8 @@ def default_concurrency(mechanism: str, value: object) -> int:
     baseline queues and the difference is the queue the knob removes."""
     if mechanism == "max_num_seqs" and isinstance(value, int) and not isinstance(value, bool):
         return min(max(8, value), 256)
+    if mechanism == "scheduling_policy":
+        return 16  # a queue deep enough that the order it is served in matters
     return 8
 
 

@@ -17,11 +17,14 @@ def _within(seconds: float | None):
     return asyncio.timeout(seconds) if seconds else contextlib.nullcontext()
 
 
-def body(api: str, model: str, prompt: str, max_tokens: int, extra: dict | None = None) -> dict:
+def body(api: str, model: str, prompt: str, max_tokens: int, extra: dict | None = None,
+         priority: int | None = None) -> dict:
     b = {"model": model, "max_tokens": max_tokens, "stream": True,
          "stream_options": {"include_usage": True}, "temperature": 0.0,
          # Fixed output length so both arms of an experiment do the same decode work.
          "ignore_eos": True}
+    if priority is not None:
+        b["priority"] = priority  # vLLM's; an engine without it ignores the field
     if api == "chat":
         b["messages"] = [{"role": "user", "content": prompt}]
     else:

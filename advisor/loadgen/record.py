@@ -25,6 +25,7 @@ class RequestRecord:
     http_status: int | None = None
     error: str | None = None
     prefix_group: int | None = None
+    priority: int | None = None
 
     @property
     def ttft(self) -> float | None:

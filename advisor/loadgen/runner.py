@@ -50,13 +50,14 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
     with each record as its request ends."""
     url = target.url.rstrip("/")
     records = [RequestRecord(r.index, r.bucket, r.prompt_tokens, r.output_tokens, r.at_s,
-                             prefix_group=r.prefix_group) for r in requests]
+                             prefix_group=r.prefix_group, priority=r.priority) for r in requests]
     done = 0
     aborted: str | None = None
 
     async def one(req: PlannedRequest, rec: RequestRecord) -> None:
         nonlocal done
-        payload = client.body(target.api, target.model, prompts[req.index], req.output_tokens, target.extra_body)
+        payload = client.body(target.api, target.model, prompts[req.index], req.output_tokens, target.extra_body,
+                              priority=req.priority)
         await client.send(pool, target.api, payload, rec, t0, req.cancel_after_tokens, target.request_timeout_s)
         done += 1
         if on_done:

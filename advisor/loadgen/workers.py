@@ -96,7 +96,7 @@ def run_workers(target: Target, requests: list[PlannedRequest], prompts: dict[in
         if rec is None:
             owner = k % workers
             rec = RequestRecord(req.index, req.bucket, req.prompt_tokens, req.output_tokens, req.at_s,
-                                prefix_group=req.prefix_group)
+                                prefix_group=req.prefix_group, priority=req.priority)
             if owner in died and (req.at_s is None or req.at_s <= died[owner][0] - start_at):
                 rec.status, rec.error = "error", f"load worker {owner + 1} died ({died[owner][1]})"
         out.append(rec)

@@ -19,6 +19,7 @@ class PlannedRequest:
     output_tokens: int
     prefix_group: int | None  # which shared prefix it starts with, if any
     cancel_after_tokens: int | None
+    priority: int | None = None  # sent as the request's priority field (Bucket.priority)
 
 
 def _gaps(w: Workload, rng: random.Random):
@@ -63,5 +64,5 @@ def plan(w: Workload) -> list[PlannedRequest]:
         cancel = None
         if w.cancellation.rate and rng.random() < w.cancellation.rate:
             cancel = min(o, rng.randint(*w.cancellation.after_tokens))
-        out.append(PlannedRequest(len(out), at, b.label, p, o, group, cancel))
+        out.append(PlannedRequest(len(out), at, b.label, p, o, group, cancel, b.priority))
     return out

@@ -28,6 +28,10 @@ class Bucket(_Strict):
     prompt_tokens: tuple[int, int] = Field(description="inclusive range; a single number means exactly that")
     output_tokens: tuple[int, int]
     weight: float = Field(default=1.0, gt=0)
+    priority: int | None = Field(default=None, ge=-1_000_000, le=1_000_000,
+                                 description="the request priority sent with this bucket's requests (vLLM's "
+                                 "`priority`: lower is served first when the engine schedules by priority; "
+                                 "ignored under first come, first served). None: not sent")
 
     @model_validator(mode="before")
     @classmethod

@@ -203,3 +203,23 @@ def test_invalid_value_is_refused_before_anything_starts(tmp_path, isolated_stor
     assert r.exit_code == 2 and "max_num_seqs: -1 is not allowed" in r.output
     assert listener(cport) is None
     assert not (isolated_store / "data" / "experiments").exists(), "no journal, no lock: nothing started"
+
+
+def test_priority_scheduling_lets_the_urgent_class_overtake_the_queue(tmp_path, isolated_store):
+    """scheduling_policy fcfs -> priority with the knob's two-class workload (interactive requests
+    at priority 0 among batch ones at 1, 16 in flight on 2 slots): the candidate derived from the
+    baseline's state, and the interactive class's TTFT falls."""
+    with LocalEngine(max_num_seqs=2) as base:
+        dep = write_deployment(base, tmp_path / "dep.yaml")
+        code, r = experiment(dep, "--mechanism", "scheduling_policy", "--fixed", "--blocks", "4",
+                             "--block-requests", "16")
+        assert code == 0 and r["status"] == "finished", r
+        assert r["value"] == "'priority'" and r["primary_metric"] == "urgent_ttft p50"
+        assert flag(r["manifest"]["candidate_argv"], "--scheduling-policy") == "priority"
+        assert r["verdict"] == "improved", (r["ratio"], r["ci"], r["blocks"])
+        assert r["ci"][1] < 1
+        # Both classes in every block, and no request refused for carrying a priority under fcfs.
+        assert all(b["errors"] == 0 for b in r["blocks"]), r["blocks"]
+        buckets = {b["bucket"] for b in r["buckets"]}
+        assert buckets == {"interactive", "batch"}, r["buckets"]
+        assert r["baseline_restored"] and "--scheduling-policy" not in argv_on(base.port)

@@ -1,11 +1,12 @@
 """The second real engine: llama.cpp's llama-server (built by scripts/setup-llamacpp.sh) serving the
-tiny model's Q4_K_M GGUF with --metrics. The engine probe reads its dialect off the live /metrics, and
+tiny model's GGUF files with --metrics. The engine probe reads its dialect off the live /metrics,
 `advisor model inspect --url` reads the file it serves, with the same numbers as the file read
-directly."""
+directly, and a quantization experiment swaps Q8_0 for Q4_K_M."""
 
 import json
 import os
 
+import pytest
 from typer.testing import CliRunner
 
 from advisor.cli import app
@@ -54,7 +55,7 @@ def test_quantization_ab_swaps_the_gguf_and_reports_layers_memory_speed_and_qual
         dep = write_deployment(base, tmp_path / "dep.yaml", name="local-cpu-llama")
         r = runner.invoke(app, ["experiment", "--deployment", str(dep), "--mechanism", "quantization", "--value",
                                 str(q4), "--readout", "tpot_p50", "--blocks", "4", "--block-requests", "24",
-                                "--concurrency", "2", "--output", "json"])
+                                "--concurrency", "2", "--price-per-hour", "0.5/host", "--output", "json"])
         assert r.exit_code in (0, 1), r.output
         x = json.loads(r.stdout)
         assert x["status"] == "finished" and x["baseline_restored"], x.get("aborted")
@@ -80,6 +81,10 @@ def test_quantization_ab_swaps_the_gguf_and_reports_layers_memory_speed_and_qual
     assert (x["explanation"] is None) == (tpot["verdict"] == "improved"), (x["explanation"], tpot["verdict"])
     if x["explanation"]:
         assert x["explanation"].startswith(("dequantization ate the gain", "dequantization may have eaten the gain"))
+    # Cost per million output tokens of each arm, at the host's price.
+    for arm in ("baseline", "candidate"):
+        a = x["cost"][arm]
+        assert a["per_million_output_tokens"] == pytest.approx(0.5 / (a["output_tokens_per_s"] * 3600) * 1e6)
     # Quality on the shipped prompts, against the baseline's own tokens in the same run.
     q = x["quality"]
     assert q["prompts"] >= 200 and q["positions"] > q["prompts"]

@@ -130,3 +130,41 @@ def test_too_many_invalid_blocks_make_the_verdict_inconclusive():
     assert why and "4 of 6 baseline blocks had an invalid load generator (scheduling lag p99 300 ms)" in why
     two = [_rec(a, b, valid=not (a == "candidate" and b == 0)) for b in range(2) for a in ("baseline", "candidate")]
     assert "at least 2 valid blocks per arm" in runner.too_few_valid(two)
+
+
+def test_urgent_readouts_judge_only_the_most_urgent_priority_class():
+    recs = _block(1.0, 0)
+    for r in recs:
+        r.priority = 0 if r.index % 4 == 0 else 5
+        if r.priority == 5:
+            r.first_token_s += 3.0  # the batch class waits; the interactive one does not
+    urgent = readouts.request_values(recs, "urgent_ttft")
+    assert len(urgent) == 6 and max(urgent) < 1.0
+    assert len(readouts.request_values(recs, "ttft")) == 24
+    for r in recs:
+        r.priority = None  # a workload without priorities: every request is the urgent class
+    assert readouts.request_values(recs, "urgent_ttft") == readouts.request_values(recs, "ttft")
+
+
+def test_priorities_travel_from_the_bucket_to_the_request_body():
+    from advisor.loadgen import client
+    from advisor.workload.plan import plan
+    from advisor.workload.spec import Workload
+
+    w = Workload.model_validate({"buckets": [{"name": "i", "prompt_tokens": 10, "output_tokens": 4, "priority": 0},
+                                             {"name": "b", "prompt_tokens": 10, "output_tokens": 4, "priority": 3},
+                                             {"name": "n", "prompt_tokens": 10, "output_tokens": 4}],
+                                 "arrival": {"kind": "concurrency", "concurrency": 2}, "requests": 60})
+    by_bucket = {r.bucket: r.priority for r in plan(w)}
+    assert by_bucket == {"i": 0, "b": 3, "n": None}
+    assert client.body("completions", "m", "p", 4, priority=3)["priority"] == 3
+    assert "priority" not in client.body("completions", "m", "p", 4)
+
+
+def test_the_default_scheduling_policy_workload_has_two_classes_in_a_deep_queue():
+    from advisor.experiments.design import default_workload
+    from advisor.experiments.setup import default_concurrency
+
+    w = default_workload("scheduling_policy", 32, default_concurrency("scheduling_policy", "priority"), 1)
+    assert {b.name: b.priority for b in w.buckets} == {"interactive": 0, "batch": 1}
+    assert w.arrival.concurrency == 16
