@@ -206,13 +206,20 @@ def test_invalid_value_is_refused_before_anything_starts(tmp_path, isolated_stor
 
 
 def test_priority_scheduling_lets_the_urgent_class_overtake_the_queue(tmp_path, isolated_store):
-    """scheduling_policy fcfs -> priority with the knob's two-class workload (interactive requests
-    at priority 0 among batch ones at 1, 16 in flight on 2 slots): the candidate derived from the
-    baseline's state, and the interactive class's TTFT falls."""
+    """scheduling_policy fcfs -> priority with two classes (interactive requests at priority 0
+    among three times as many batch ones at 1, 12 in flight on 2 slots; the knob's default workload
+    in shape, with shorter answers to keep CI short): the candidate derived from the baseline's
+    state, and the interactive class's TTFT falls."""
+    workload = tmp_path / "two-classes.yaml"
+    workload.write_text(yaml.safe_dump({
+        "name": "two-classes", "requests": 12, "arrival": {"kind": "concurrency", "concurrency": 12},
+        "buckets": [{"name": "interactive", "prompt_tokens": [50, 100], "output_tokens": [8, 16], "priority": 0},
+                    {"name": "batch", "prompt_tokens": [50, 100], "output_tokens": [48, 64], "weight": 3,
+                     "priority": 1}]}))
     with LocalEngine(max_num_seqs=2) as base:
         dep = write_deployment(base, tmp_path / "dep.yaml")
-        code, r = experiment(dep, "--mechanism", "scheduling_policy", "--fixed", "--blocks", "4",
-                             "--block-requests", "16")
+        code, r = experiment(dep, "--mechanism", "scheduling_policy", "--workload", str(workload), "--fixed",
+                             "--blocks", "4")
         assert code == 0 and r["status"] == "finished", r
         assert r["value"] == "'priority'" and r["primary_metric"] == "urgent_ttft p50"
         assert flag(r["manifest"]["candidate_argv"], "--scheduling-policy") == "priority"
