@@ -35,6 +35,12 @@ class LocalSpec(_Strict):
         default="sequential",
         description="sequential: the candidate replaces the baseline on its port between blocks (one GPU); "
                     "parallel: the candidate runs beside it on candidate_port (room for both)")
+    baseline_port: int | None = Field(
+        default=None, ge=1, le=65535,
+        description="parallel arms: a fresh baseline replica serves here, started from command, args and env "
+                    "exactly as the candidate is (same launcher, placement, warmup), and is compared with the "
+                    "candidate instead of the long-running process on port, which is then never measured nor "
+                    "touched: no warm caches, earlier traffic or outside requests of its own make the arms unlike")
     health_path: str = "/health"
     start_timeout_s: float = 300.0
     port_flag: str = "--port"
@@ -57,6 +63,11 @@ class LocalSpec(_Strict):
             raise ValueError("arms: parallel needs candidate_port")
         if self.candidate_port == self.port:
             raise ValueError("candidate_port must differ from port")
+        if self.baseline_port is not None:
+            if self.arms != "parallel":
+                raise ValueError("baseline_port needs arms: parallel (the replica runs beside the candidate)")
+            if self.baseline_port in (self.port, self.candidate_port):
+                raise ValueError("baseline_port must differ from port and candidate_port")
         return self
 
 

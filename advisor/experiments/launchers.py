@@ -195,7 +195,8 @@ class LocalLauncher:
         self.args = {"baseline": list(self.spec.args), "candidate": candidate_args}
         self.env = {"baseline": dict(self.spec.env), "candidate": {**self.spec.env, **candidate_env}}
         self.journal, self.experiment, self.log_dir = journal, experiment, log_dir
-        self.found_serving = healthy(self.url("baseline"), self.spec.health_path)
+        # What serves the deployment's own port (the baseline, unless a fresh replica stands in for it).
+        self.found_serving = healthy(f"http://{self.spec.host}:{self.spec.port}", self.spec.health_path)
         # Who served the port when the experiment began; UNSEEN: something answers, but no process
         # of this host that we can see holds the port.
         self.found = holder(self.spec.port) or (UNSEEN if self.found_serving else None)
@@ -204,8 +205,23 @@ class LocalLauncher:
         self.starts = 0
         self.notes: list[str] = []
 
+    @property
+    def replica(self) -> bool:
+        """The baseline arm is a fresh replica on baseline_port, not the process serving port."""
+        return self.spec.arms == "parallel" and self.spec.baseline_port is not None
+
     def port(self, arm: str) -> int:
-        return self.spec.candidate_port if arm == "candidate" and self.spec.arms == "parallel" else self.spec.port
+        if self.spec.arms == "parallel":
+            if arm == "candidate":
+                return self.spec.candidate_port
+            if self.replica:
+                return self.spec.baseline_port
+        return self.spec.port
+
+    def _label(self, arm: str) -> str:
+        """The arm as the journal names it: a fresh baseline replica is not the baseline that
+        recovery would restore."""
+        return "baseline replica" if arm == "baseline" and self.replica else arm
 
     def url(self, arm: str) -> str:
         return f"http://{self.spec.host}:{self.port(arm)}"
@@ -220,6 +236,9 @@ class LocalLauncher:
         """Refuse, before anything starts, an experiment that would have to stop a process the
         advisor may not stop."""
         s = self.spec
+        if self.replica:  # the process serving port is never stopped: only the arms' ports matter
+            self._preflight_ports()
+            return
         if self.found is UNSEEN and (s.arms == "sequential" or not self.found_serving):
             raise LaunchError(f"port {s.port} is held by {UNSEEN.describe()}: the advisor can neither check nor "
                               f"stop it; use arms: parallel with a candidate_port, or free the port")
@@ -234,14 +253,20 @@ class LocalLauncher:
                                   f"{s.health_path} and which the advisor did not start; free the port, or set "
                                   "local.owns_process: true if the advisor may stop it")
         if s.arms == "parallel":
-            other = holder(s.candidate_port)
+            self._preflight_ports()
+
+    def _preflight_ports(self) -> None:
+        s = self.spec
+        for name, port in (("candidate_port", s.candidate_port), ("baseline_port", s.baseline_port)):
+            other = holder(port) if port else None
             if other is not None:
-                raise LaunchError(f"candidate_port {s.candidate_port} is held by {other.describe()}, which the "
-                                  "advisor did not start; free it or choose another candidate_port")
+                raise LaunchError(f"{name} {port} is held by {other.describe()}, which the advisor did not "
+                                  f"start; free it or choose another {name}")
 
     def found_state(self) -> dict:
         """What the journal's "begin" keeps: whether the baseline was serving, and who served it."""
         return {"found_serving": self.found_serving, "arms": self.spec.arms, "owns_process": self.spec.owns_process,
+                "baseline_replica": self.spec.baseline_port if self.replica else None,
                 "found": None if self.found in (None, UNSEEN) else self.found.entry(),
                 "found_unseen": self.found is UNSEEN}
 
@@ -292,9 +317,10 @@ class LocalLauncher:
 
     def _stop_mine(self, arm: str) -> str:
         rec = self.started.pop(arm)
-        self.journal.write(self.experiment, "stopping", arm=arm, who="advisor", **rec.entry())
+        label = self._label(arm)
+        self.journal.write(self.experiment, "stopping", arm=label, who="advisor", **rec.entry())
         outcome = stop_recorded(rec)
-        self.journal.write(self.experiment, "stopped", arm=arm, who="advisor", pid=rec.pid, outcome=outcome)
+        self.journal.write(self.experiment, "stopped", arm=label, who="advisor", pid=rec.pid, outcome=outcome)
         return outcome
 
     def _start(self, arm: str) -> None:
@@ -311,19 +337,21 @@ class LocalLauncher:
         # A record that never matches a live process when this one could not be read: never signalled.
         rec = ProcessRecord.of(proc.pid) or ProcessRecord(proc.pid, -1.0, tuple(argv))
         self.started[arm] = rec
-        self.journal.write(self.experiment, "starting", arm=arm, **rec.entry(), argv=argv, log=str(log_path))
+        self.journal.write(self.experiment, "starting", arm=self._label(arm), **rec.entry(), argv=argv,
+                           log=str(log_path))
         deadline = time.monotonic() + self.spec.start_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.started.pop(arm, None)
-                self.journal.write(self.experiment, "exited", arm=arm, pid=proc.pid, code=proc.returncode)
+                self.journal.write(self.experiment, "exited", arm=self._label(arm), pid=proc.pid,
+                                   code=proc.returncode)
                 raise LaunchError(f"the {arm} engine exited with code {proc.returncode} while starting; "
                                   f"last log lines: {_tail(log_path)}")
             if healthy(self.url(arm), self.spec.health_path, timeout=2):
                 placement = isolate_engine_core(proc.pid) if self.spec.isolate_engine_core else None
                 # Read again once serving: an engine may retitle itself while it starts.
                 self.started[arm] = ProcessRecord.of(proc.pid) or rec
-                self.journal.write(self.experiment, "started", arm=arm, **self.started[arm].entry(),
+                self.journal.write(self.experiment, "started", arm=self._label(arm), **self.started[arm].entry(),
                                    placement=placement)
                 return
             time.sleep(1.0)
@@ -355,6 +383,16 @@ class LocalLauncher:
         of ours running otherwise. Returns what it did."""
         if "candidate" in self.started:
             self.take_down("candidate")
+        if self.replica:
+            self.take_down("baseline")
+            url = f"http://{self.spec.host}:{self.spec.port}"
+            if not self.found_serving:
+                return "both arms were fresh replicas, now stopped; nothing served the deployment's port before"
+            if healthy(url, self.spec.health_path):
+                return ("both arms were fresh replicas, now stopped; the deployment's own process was not touched, "
+                        "verified healthy")
+            raise LaunchError(f"the deployment's own process at {url} is not healthy; the advisor did not touch it "
+                              "(both arms were fresh replicas, now stopped)")
         url = self.url("baseline")
         if not self.found_serving:
             if "baseline" in self.started:

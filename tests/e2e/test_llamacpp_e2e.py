@@ -105,3 +105,38 @@ def test_quantization_ab_swaps_the_gguf_and_reports_layers_memory_speed_and_qual
     text = out.read_text()
     for line in ("Baseline model: GGUF v3", "Candidate model: GGUF v3", "Resident memory:", "Quality guard: 240 prompts"):
         assert line in text, (line, text[:3000])
+
+
+def test_a_a_against_a_baseline_found_serving_compares_two_fresh_replicas(tmp_path, isolated_store):
+    """The confound of a warm, long-running baseline against a cold candidate (two identical arms
+    once judged 8x apart): an engine the advisor did not start has been serving the same kind of
+    traffic, and `--aa` with local.baseline_port compares two fresh replicas started the same way.
+    No verdict of difference; the engine found serving is neither measured nor touched."""
+    import psutil  # noqa: F401 - listener reads the port's holder through psutil
+    import yaml
+
+    from advisor.experiments.launchers import healthy
+    from advisor.localstack.deployment import write_deployment
+    from tests.support.servers import listener
+
+    with LlamaServer(model=paths.tiny_gguf("Q8_0"), max_num_seqs=2) as found_engine:
+        found = listener(found_engine.port)
+        dep = write_deployment(found_engine, tmp_path / "aa.yaml", name="local-cpu-llama", baseline_replica=True)
+        local = yaml.safe_load(dep.read_text())["local"]
+        r = runner.invoke(app, ["experiment", "--deployment", str(dep), "--aa", "--readout", "ttft_p50", "--fixed",
+                                "--blocks", "6", "--block-requests", "24", "--concurrency", "2", "--output", "json"])
+        assert r.exit_code == 0, r.output
+        x = json.loads(r.stdout)
+        # Judged at alpha 0.01, not the run's 0.05, so that one false alarm in twenty does not fail CI:
+        # no readout's (Holm-adjusted) p falls below it. 6 blocks per arm let the rank test reach it.
+        assert all(m["adjusted_p"] is None or m["adjusted_p"] >= 0.01 for m in x["metrics"]), \
+            [(m["metric"], m["statistic"], m["ratio"], m["adjusted_p"]) for m in x["metrics"]]
+        assert listener(found_engine.port) == found and healthy(found_engine.url), "the engine found serving is untouched"
+        assert "not touched" in x["restore_note"], x["restore_note"]
+        for port in (local["baseline_port"], local["candidate_port"]):
+            assert listener(port) is None, f"the replica on {port} is stopped"
+        # Both arms started fresh, each with its own engine's readouts (llama-server counts no finished
+        # requests, so outside traffic cannot be told on it: said so, not zero).
+        assert all(b["restart_s"] is not None for b in x["blocks"] if b["block"] == 0), x["blocks"]
+        assert all(b["server"]["signals"]["requests_running_avg"] for b in x["blocks"]), x["blocks"]
+        assert all(b["server"]["outside_requests"] is None for b in x["blocks"])

@@ -16,12 +16,13 @@ from advisor.experiments.recovery import recover
 from tests.support.servers import ROOT, free_port, listener
 
 
-def deployment(arms: str, port: int, cport: int | None = None, owns: bool = False) -> Deployment:
+def deployment(arms: str, port: int, cport: int | None = None, owns: bool = False,
+               bport: int | None = None) -> Deployment:
     return Deployment.model_validate({
         "name": "fake", "engine": "vllm", "model": "fake", "launcher": "local",
         "local": {"command": [sys.executable, "-m", "tests.support.fake_openai"], "args": ["--max-num-seqs", "2"],
                   "port": port, "candidate_port": cport, "arms": arms, "start_timeout_s": 20,
-                  "owns_process": owns}})
+                  "owns_process": owns, "baseline_port": bport}})
 
 
 def argv_at(url: str) -> list[str]:
@@ -99,6 +100,47 @@ def test_parallel_arms_never_stop_the_baseline(tmp_path, cleanup):
     assert argv_at(lau.url("candidate")) == ["--max-num-seqs", "8"]
     lau.restore()
     assert listener(port) == base_pid and listener(cport) is None
+
+
+def test_a_fresh_baseline_replica_is_measured_and_the_process_found_serving_is_never_touched(tmp_path, cleanup):
+    port, cport, bport = free_port(), free_port(), free_port()
+    cleanup += [port, cport, bport]
+    dep = deployment("parallel", port, cport, bport=bport)
+    journal = Journal(tmp_path)
+    start_baseline(deployment("parallel", port, cport), tmp_path, journal)  # someone else's, on port
+    found = listener(port)
+    lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e6", tmp_path / "logs")
+    lau.preflight()  # a process it does not own on port is no reason to refuse: it will not be touched
+    assert lau.bring_up("baseline").endswith(f":{bport}") and lau.bring_up("candidate").endswith(f":{cport}")
+    assert argv_at(lau.url("baseline")) == ["--max-num-seqs", "2"]
+    assert argv_at(lau.url("candidate")) == ["--max-num-seqs", "8"]
+    assert "not touched" in lau.restore()
+    assert listener(port) == found and listener(bport) is None and listener(cport) is None
+    arms = {e.get("arm") for e in journal.entries("e6") if e["event"] == "starting"}
+    assert arms == {"baseline replica", "candidate"}, "recovery must not mistake the replica for the baseline"
+
+
+def test_a_replica_left_by_a_dead_advisor_is_stopped_and_the_found_process_kept(tmp_path, cleanup):
+    port, cport, bport = free_port(), free_port(), free_port()
+    cleanup += [port, cport, bport]
+    dep = deployment("parallel", port, cport, bport=bport)
+    journal = Journal(tmp_path)
+    start_baseline(deployment("parallel", port, cport), tmp_path, journal)
+    journal.write("boot", "recovered")
+    found = listener(port)
+    lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e7", tmp_path / "logs")
+    journal.write("e7", "begin", **lau.found_state())
+    lau.bring_up("baseline")  # ...and the advisor dies here, its replica serving
+    note = recover(dep, journal, tmp_path / "logs")
+    assert "baseline replica stopped" in note and "baseline healthy" in note, note
+    assert listener(bport) is None and listener(port) == found
+
+
+def test_baseline_port_needs_parallel_arms_and_a_port_of_its_own():
+    with pytest.raises(ValueError, match="baseline_port needs arms: parallel"):
+        deployment("sequential", 8000, bport=8002)
+    with pytest.raises(ValueError, match="baseline_port must differ"):
+        deployment("parallel", 8000, 8001, bport=8001)
 
 
 def test_dead_candidate_is_reported_and_restore_still_works(tmp_path, cleanup):
