@@ -183,7 +183,8 @@ class EndpointsLauncher:
 
 class LocalLauncher:
     """Engine processes on this host. Sequential arms share the target port (the candidate replaces
-    the baseline between blocks); parallel arms put the candidate on its own port.
+    the baseline between blocks); parallel arms put the candidate on its own port, and with
+    baseline_port the baseline arm is a fresh replica there too (the process on port left alone).
 
     It stops only the processes it started itself, and the one it found serving the port when the
     spec says the advisor owns it (`local.owns_process`). Each is journalled with its pid, create

@@ -25,7 +25,12 @@ def ratio_text(r: float | None) -> str:
 
 
 def ci_text(ci: tuple[float, float] | None) -> str:
-    return "-" if not ci else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+    """Two decimals where they mean something; an early look's interval of a tail readout can span
+    1e-5 to 1e14, shown in two significant digits rather than as "0.00" or fifteen digits."""
+    def end(v: float) -> str:
+        return f"{v:.2f}" if v == 0 or 0.01 <= abs(v) < 1000 else f"{v:.2g}"
+
+    return "-" if not ci else f"[{end(ci[0])}, {end(ci[1])}]"
 
 
 def level_text(level: float | None) -> str:
