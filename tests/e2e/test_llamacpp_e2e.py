@@ -112,7 +112,6 @@ def test_a_a_against_a_baseline_found_serving_compares_two_fresh_replicas(tmp_pa
     once judged 8x apart): an engine the advisor did not start has been serving the same kind of
     traffic, and `--aa` with local.baseline_port compares two fresh replicas started the same way.
     No verdict of difference; the engine found serving is neither measured nor touched."""
-    import psutil  # noqa: F401 - listener reads the port's holder through psutil
     import yaml
 
     from advisor.experiments.launchers import healthy
