@@ -41,6 +41,12 @@ class LocalSpec(_Strict):
                     "exactly as the candidate is (same launcher, placement, warmup), and is compared with the "
                     "candidate instead of the long-running process on port, which is then never measured nor "
                     "touched: no warm caches, earlier traffic or outside requests of its own make the arms unlike")
+    replicas: int = Field(
+        default=1, ge=1, le=64,
+        description="the baseline's engine replicas: one per port from `port` up (port, port+1, ...), each with "
+                    "the same command and args. The replicas knob's candidate runs N+1 on candidate_port up (and a "
+                    "fresh baseline replica's N on baseline_port up); the advisor's client spreads each arm's "
+                    "requests over its replicas, to the one with the fewest in flight")
     health_path: str = "/health"
     start_timeout_s: float = 300.0
     port_flag: str = "--port"
@@ -63,6 +69,9 @@ class LocalSpec(_Strict):
             raise ValueError("arms: parallel needs candidate_port")
         if self.candidate_port == self.port:
             raise ValueError("candidate_port must differ from port")
+        if self.replicas > 1 and self.arms != "parallel":
+            raise ValueError("replicas above 1 need arms: parallel (sequential arms would take the other replicas' "
+                             "ports)")
         if self.baseline_port is not None:
             if self.arms != "parallel":
                 raise ValueError("baseline_port needs arms: parallel (the replica runs beside the candidate)")

@@ -95,6 +95,7 @@ class Design:
     plan: list[str] = field(default_factory=list)  # how the blocks were sized (planning.Plan.describe)
     aa: bool = False  # a deliberate A/A run: both arms run the baseline's configuration
     models: dict = field(default_factory=dict)  # a model-file swap: arm -> ModelLayers (model_swap.py)
+    replicas: dict = field(default_factory=dict)  # the replicas knob: arm -> engine replicas (same argv)
 
     def describe(self) -> list[str]:
         w = self.workload
@@ -110,6 +111,9 @@ class Design:
             + f"; primary readout {self.primary[0]} {self.primary[1]}",
             "secondary readouts (behind a decisive primary, Holm among them): " + (", ".join(f"{m} {st}" for m, st in self.secondary) or "none"),
             *(f"{arm} model: {m.line()}" for arm, m in self.models.items()),
+            *([f"replicas: baseline {self.replicas['baseline']}, candidate {self.replicas['candidate']} (the same "
+               "argv on each; the advisor's client sends each request to the replica with the fewest in flight)"]
+              if self.replicas else []),
             f"baseline argv: {' '.join(self.baseline_args) or '(none)'}",
             f"candidate argv: {' '.join(self.candidate_args) or '(none)'}"
             + (f"  env {self.candidate_env}" if self.candidate_env else ""),

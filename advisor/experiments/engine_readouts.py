@@ -84,6 +84,53 @@ class BlockWatch:
                              outside_requests=outside, note=note)
 
 
+# How one arm's replicas' readouts make the arm's: what adds up (requests in the batch or the
+# queue, rates), what the worst replica says (peaks, tails), and the rest (ratios) averaged.
+_SUMMED_SUFFIXES = ("_per_s",)
+_SUMMED = {"requests_running_avg", "requests_waiting_avg", "requests_waiting_max"}
+_WORST_SUFFIXES = ("_max", "_p95", "_p99")
+
+
+def combine(name: str, values: list[float | None]) -> float | None:
+    """One signal of an arm from its replicas' values; unknown where any replica's is."""
+    if not values or any(v is None for v in values):
+        return None
+    if name in _SUMMED or name.endswith(_SUMMED_SUFFIXES):
+        return float(sum(values))
+    if name.endswith(_WORST_SUFFIXES):
+        return float(max(values))
+    return float(statistics.fmean(values))
+
+
+class ReplicasWatch:
+    """A BlockWatch per replica of an arm (the replicas knob), read as one arm: `combine` per signal,
+    requests counted over all of them against those the advisor sent to the arm."""
+
+    def __init__(self, urls: list[str], engine: str, model: str, watch: tuple[str, ...] = (),
+                 every_s: float = SCRAPE_EVERY_S, describe: bool = False):
+        self.watches = [BlockWatch(u, engine, model, watch, every_s, describe=describe and i == 0)
+                        for i, u in enumerate(urls)]
+        self.arm_info = self.watches[0].arm_info
+
+    def close(self) -> None:
+        for w in self.watches:
+            w.close()
+
+    def readout(self, sent: int) -> ServerReadout:
+        parts = [w.readout(sent) for w in self.watches]
+        if len(parts) == 1:
+            return parts[0]
+        names = dict.fromkeys(n for p in parts for n in p.signals)
+        counts = [p.requests_counted for p in parts]
+        counted = None if any(c is None for c in counts) else sum(counts)
+        notes = [f"replica {i + 1}: {p.note}" for i, p in enumerate(parts) if p.note]
+        return ServerReadout(signals={n: combine(n, [p.signals.get(n) for p in parts]) for n in names},
+                             window_s=max((p.window_s for p in parts if p.window_s), default=None),
+                             requests_counted=counted,
+                             outside_requests=max(0, counted - sent) if counted is not None else None,
+                             note="; ".join(notes) or None)
+
+
 def per_arm(blocks: list[BlockRecord], watch: tuple[str, ...] = ()) -> list[ServerRow]:
     """Each signal's median over an arm's valid blocks, watched signals first; signals that no block
     of either arm has a value for are left out."""

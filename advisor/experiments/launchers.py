@@ -115,6 +115,7 @@ class Launcher(Protocol):
     starts: int  # engine processes started so far: a change across bring_up means a cold arm
 
     def url(self, arm: str) -> str: ...
+    def urls(self, arm: str) -> list[str]: ...  # the arm's replicas, url(arm) first
     def bring_up(self, arm: str) -> str: ...
     def check(self, arm: str) -> str | None: ...
     def take_down(self, arm: str) -> None: ...
@@ -139,6 +140,9 @@ class EndpointsLauncher:
 
     def url(self, arm: str) -> str:
         return (self.spec.baseline if arm == "baseline" else self.spec.candidate).rstrip("/")
+
+    def urls(self, arm: str) -> list[str]:
+        return [self.url(arm)]
 
     def bring_up(self, arm: str) -> str:
         if not healthy(self.url(arm), self.spec.health_path):
@@ -185,16 +189,19 @@ class LocalLauncher:
     """Engine processes on this host. Sequential arms share the target port (the candidate replaces
     the baseline between blocks); parallel arms put the candidate on its own port, and with
     baseline_port the baseline arm is a fresh replica there too (the process on port left alone).
+    An arm of N replicas serves from its port up (port, port+1, ...): the replicas knob's candidate
+    is one more of the same argv.
 
     It stops only the processes it started itself, and the one it found serving the port when the
     spec says the advisor owns it (`local.owns_process`). Each is journalled with its pid, create
     time and command line, and checked against the live process at that pid before any signal."""
 
     def __init__(self, dep: Deployment, candidate_args: list[str], candidate_env: dict[str, str],
-                 journal: Journal, experiment: str, log_dir: Path):
+                 journal: Journal, experiment: str, log_dir: Path, candidate_replicas: int | None = None):
         self.dep, self.spec = dep, dep.local
         self.args = {"baseline": list(self.spec.args), "candidate": candidate_args}
         self.env = {"baseline": dict(self.spec.env), "candidate": {**self.spec.env, **candidate_env}}
+        self.replicas = {"baseline": self.spec.replicas, "candidate": candidate_replicas or self.spec.replicas}
         self.journal, self.experiment, self.log_dir = journal, experiment, log_dir
         # What serves the deployment's own port (the baseline, unless a fresh replica stands in for it).
         self.found_serving = healthy(f"http://{self.spec.host}:{self.spec.port}", self.spec.health_path)
@@ -202,6 +209,7 @@ class LocalLauncher:
         # of this host that we can see holds the port.
         self.found = holder(self.spec.port) or (UNSEEN if self.found_serving else None)
         self.found_stopped = False
+        # Keyed by arm for an arm's first replica, "arm/i" for its replica i (i >= 1).
         self.started: dict[str, ProcessRecord] = {}
         self.starts = 0
         self.notes: list[str] = []
@@ -211,32 +219,42 @@ class LocalLauncher:
         """The baseline arm is a fresh replica on baseline_port, not the process serving port."""
         return self.spec.arms == "parallel" and self.spec.baseline_port is not None
 
-    def port(self, arm: str) -> int:
+    def port(self, arm: str, replica: int = 0) -> int:
         if self.spec.arms == "parallel":
             if arm == "candidate":
-                return self.spec.candidate_port
+                return self.spec.candidate_port + replica
             if self.replica:
-                return self.spec.baseline_port
-        return self.spec.port
+                return self.spec.baseline_port + replica
+        return self.spec.port + replica
 
     def _label(self, arm: str) -> str:
         """The arm as the journal names it: a fresh baseline replica is not the baseline that
         recovery would restore."""
         return "baseline replica" if arm == "baseline" and self.replica else arm
 
-    def url(self, arm: str) -> str:
-        return f"http://{self.spec.host}:{self.port(arm)}"
+    def url(self, arm: str, replica: int = 0) -> str:
+        return f"http://{self.spec.host}:{self.port(arm, replica)}"
 
-    def argv(self, arm: str) -> list[str]:
-        return [*self.spec.command, *self.args[arm], self.spec.port_flag, str(self.port(arm))]
+    def urls(self, arm: str) -> list[str]:
+        """Every replica of the arm, the first one first (its own url)."""
+        return [self.url(arm, i) for i in range(self.replicas[arm])]
+
+    def argv(self, arm: str, replica: int = 0) -> list[str]:
+        return [*self.spec.command, *self.args[arm], self.spec.port_flag, str(self.port(arm, replica))]
 
     def _may_stop_found(self) -> bool:
         return self.spec.owns_process and self.found is not None and self.found is not UNSEEN
 
+    def _found_replicas(self, arm: str) -> bool:
+        """The arm's replicas beyond the first are the deployment's own (found, never started or
+        stopped here): the baseline found serving, in parallel arms."""
+        return arm == "baseline" and self.spec.arms == "parallel" and not self.replica
+
     def preflight(self) -> None:
         """Refuse, before anything starts, an experiment that would have to stop a process the
-        advisor may not stop."""
+        advisor may not stop, or that this host has no room for."""
         s = self.spec
+        self._preflight_room()
         if self.replica:  # the process serving port is never stopped: only the arms' ports matter
             self._preflight_ports()
             return
@@ -253,21 +271,50 @@ class LocalLauncher:
                 raise LaunchError(f"port {s.port} is held by {self.found.describe()}, which does not answer "
                                   f"{s.health_path} and which the advisor did not start; free the port, or set "
                                   "local.owns_process: true if the advisor may stop it")
-        if s.arms == "parallel":
-            self._preflight_ports()
+        self._preflight_ports()
 
     def _preflight_ports(self) -> None:
-        s = self.spec
-        for name, port in (("candidate_port", s.candidate_port), ("baseline_port", s.baseline_port)):
-            other = holder(port) if port else None
+        """Every port the advisor will start an engine on is free (the first replica's of a
+        sequential candidate is the baseline's own, checked above)."""
+        mine = [("candidate", i) for i in range(self.replicas["candidate"])]
+        if self.replica:
+            mine += [("baseline", i) for i in range(self.replicas["baseline"])]
+        for arm, i in mine:
+            if self.spec.arms == "sequential" and i == 0:
+                continue
+            port = self.port(arm, i)
+            other = holder(port)
             if other is not None:
-                raise LaunchError(f"{name} {port} is held by {other.describe()}, which the advisor did not "
-                                  f"start; free it or choose another {name}")
+                name = ("baseline_port" if arm == "baseline" else "candidate_port") if self.spec.arms == "parallel" \
+                    else "port"
+                where = f"{name} {port}" if i == 0 else f"port {port} ({name} + {i}, for the {arm}'s replica {i + 1})"
+                raise LaunchError(f"{where} is held by {other.describe()}, which the advisor did not start; free it or "
+                                  f"choose another {name}")
+
+    def _preflight_room(self) -> None:
+        if self.replicas["candidate"] == self.replicas["baseline"]:
+            return
+        from advisor.experiments import room
+
+        host = room.Host.this()
+        cores = room.engine_cores(self.dep.engine, [*self.spec.command, *self.args["candidate"]],
+                                  self.env["candidate"], host)
+        per_engine = resident_bytes(self.spec.port).rss if self.found_serving else None
+        n_cand, n_base = self.replicas["candidate"], self.replicas["baseline"]
+        if self.spec.arms == "sequential":
+            added = n_cand - (n_base if self.found_serving else 0)
+        else:
+            added = n_cand + (n_base if self.replica else 0)
+        why = room.refusal(max(n_cand, n_base), added, cores, per_engine, host)
+        if why:
+            raise LaunchError(f"no room on this host for the replicas experiment: {why}")
+        self.notes.extend(room.unknowns(cores, per_engine))
 
     def found_state(self) -> dict:
         """What the journal's "begin" keeps: whether the baseline was serving, and who served it."""
         return {"found_serving": self.found_serving, "arms": self.spec.arms, "owns_process": self.spec.owns_process,
                 "baseline_replica": self.spec.baseline_port if self.replica else None,
+                "replicas": dict(self.replicas),
                 "found": None if self.found in (None, UNSEEN) else self.found.entry(),
                 "found_unseen": self.found is UNSEEN}
 
@@ -276,9 +323,9 @@ class LocalLauncher:
         'found' for the process found serving the port, None for anyone else's."""
         if rec is UNSEEN:
             return "found" if self.found is UNSEEN else None
-        for arm, mine in self.started.items():
+        for key, mine in self.started.items():
             if is_or_descends_from(rec.pid, mine):
-                return arm
+                return key.split("/")[0]
         if self.found not in (None, UNSEEN) and rec.pid == self.found.pid and self.found.alive():
             return "found"
         return None
@@ -289,20 +336,50 @@ class LocalLauncher:
             return UNSEEN
         return now
 
+    def _keys(self, arm: str) -> list[str]:
+        return [k for k in self.started if k.split("/")[0] == arm]
+
     def bring_up(self, arm: str) -> str:
         url = self.url(arm)
+        if self.spec.arms == "sequential":  # the other arm's further replicas would outlive its switch
+            other = "candidate" if arm == "baseline" else "baseline"
+            for key in self._keys(other):
+                if "/" in key:
+                    self._stop_mine(key)
         now = self._holder(arm)
         if now is not None:
             whose = self._whose(now)
-            if (whose == arm or (arm == "baseline" and whose == "found")) and healthy(url, self.spec.health_path):
-                return url
-            self._stop_holder(now, whose, self.port(arm))
-        self._start(arm)
+            if not ((whose == arm or (arm == "baseline" and whose == "found")) and healthy(url, self.spec.health_path)):
+                self._stop_holder(now, whose, self.port(arm))
+                self._start(arm)
+        else:
+            self._start(arm)
+        for i in range(1, self.replicas[arm]):
+            self._bring_up_replica(arm, i)
         return url
+
+    def _bring_up_replica(self, arm: str, i: int) -> None:
+        url, key = self.url(arm, i), f"{arm}/{i}"
+        if self._found_replicas(arm):
+            if not healthy(url, self.spec.health_path):
+                raise LaunchError(f"the baseline's replica {i + 1} at {url} is not healthy")
+            return
+        now = holder(self.port(arm, i))
+        if now is not None:
+            if key in self.started and is_or_descends_from(now.pid, self.started[key]) \
+                    and healthy(url, self.spec.health_path):
+                return
+            whose = self._whose(now)
+            if whose not in ("baseline", "candidate"):
+                raise LaunchError(f"port {self.port(arm, i)} is held by {now.describe()}, which the advisor did not "
+                                  "start; it leaves it alone")
+            self._stop_mine(next(k for k in self.started if is_or_descends_from(now.pid, self.started[k])))
+        self._start(arm, i)
 
     def _stop_holder(self, now: ProcessRecord, whose: str | None, port: int) -> None:
         if whose in ("baseline", "candidate"):
-            self._stop_mine(whose)
+            self._stop_mine(next((k for k in self._keys(whose) if is_or_descends_from(now.pid, self.started[k])),
+                                 whose))
             return
         if whose == "found" and self._may_stop_found():
             found = self.found
@@ -316,20 +393,26 @@ class LocalLauncher:
         raise LaunchError(f"port {port} is held by {now.describe()}, which the advisor did not start; it leaves it "
                           "alone (local.owns_process: true lets it stop the process found serving the port)")
 
-    def _stop_mine(self, arm: str) -> str:
-        rec = self.started.pop(arm)
+    def _stop_mine(self, key: str) -> str:
+        rec = self.started.pop(key)
+        arm, _, i = key.partition("/")
         label = self._label(arm)
-        self.journal.write(self.experiment, "stopping", arm=label, who="advisor", **rec.entry())
+        extra = {"replica": int(i) + 1} if i else {}
+        self.journal.write(self.experiment, "stopping", arm=label, who="advisor", **rec.entry(), **extra)
         outcome = stop_recorded(rec)
-        self.journal.write(self.experiment, "stopped", arm=label, who="advisor", pid=rec.pid, outcome=outcome)
+        self.journal.write(self.experiment, "stopped", arm=label, who="advisor", pid=rec.pid, outcome=outcome, **extra)
         return outcome
 
-    def _start(self, arm: str) -> None:
+    def _start(self, arm: str, replica: int = 0) -> None:
+        key = arm if replica == 0 else f"{arm}/{replica}"
+        extra = {"replica": replica + 1} if replica else {}
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{self.experiment}-{arm}-{int(time.time())}.log"
+        name = arm if replica == 0 else f"{arm}-r{replica + 1}"
+        log_path = self.log_dir / f"{self.experiment}-{name}-{int(time.time())}.log"
         # The advisor's own PYTHONPATH would shadow the engine's environment; the spec may set one.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | self.env[arm]
-        argv = self.argv(arm)
+        argv = self.argv(arm, replica)
+        url = self.url(arm, replica)
         self.starts += 1
         with open(log_path, "wb") as log:
             # Detached: a restored baseline must keep serving after the advisor exits.
@@ -337,53 +420,55 @@ class LocalLauncher:
                                     env=env, start_new_session=True)
         # A record that never matches a live process when this one could not be read: never signalled.
         rec = ProcessRecord.of(proc.pid) or ProcessRecord(proc.pid, -1.0, tuple(argv))
-        self.started[arm] = rec
+        self.started[key] = rec
         self.journal.write(self.experiment, "starting", arm=self._label(arm), **rec.entry(), argv=argv,
-                           log=str(log_path))
+                           log=str(log_path), **extra)
         deadline = time.monotonic() + self.spec.start_timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                self.started.pop(arm, None)
+                self.started.pop(key, None)
                 self.journal.write(self.experiment, "exited", arm=self._label(arm), pid=proc.pid,
-                                   code=proc.returncode)
-                raise LaunchError(f"the {arm} engine exited with code {proc.returncode} while starting; "
+                                   code=proc.returncode, **extra)
+                raise LaunchError(f"the {name} engine exited with code {proc.returncode} while starting; "
                                   f"last log lines: {_tail(log_path)}")
-            if healthy(self.url(arm), self.spec.health_path, timeout=2):
+            if healthy(url, self.spec.health_path, timeout=2):
                 placement = isolate_engine_core(proc.pid) if self.spec.isolate_engine_core else None
                 # Read again once serving: an engine may retitle itself while it starts.
-                self.started[arm] = ProcessRecord.of(proc.pid) or rec
-                self.journal.write(self.experiment, "started", arm=self._label(arm), **self.started[arm].entry(),
-                                   placement=placement)
+                self.started[key] = ProcessRecord.of(proc.pid) or rec
+                self.journal.write(self.experiment, "started", arm=self._label(arm), **self.started[key].entry(),
+                                   placement=placement, **extra)
                 return
             time.sleep(1.0)
-        self._stop_mine(arm)
+        self._stop_mine(key)
         proc.poll()
-        raise LaunchError(f"the {arm} engine was not healthy after {self.spec.start_timeout_s:.0f}s; "
+        raise LaunchError(f"the {name} engine was not healthy after {self.spec.start_timeout_s:.0f}s; "
                           f"last log lines: {_tail(log_path)}")
 
     def check(self, arm: str) -> str | None:
-        rec = self.started.get(arm)
-        if rec is not None and not rec.alive():
-            return f"the {arm} engine (pid {rec.pid}) died"
-        if not healthy(self.url(arm), self.spec.health_path):
-            return f"the {arm} engine at {self.url(arm)} is unhealthy"
+        for key in self._keys(arm):
+            rec = self.started[key]
+            if not rec.alive():
+                return f"the {key.replace('/', ' replica ')} engine (pid {rec.pid}) died"
+        for i, url in enumerate(self.urls(arm)):
+            if not healthy(url, self.spec.health_path):
+                return f"the {arm} engine at {url} is unhealthy"
         return None
 
     def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> Resident:
-        """The arm's engine's memory now (read, never signalled)."""
-        return resident_bytes(self.port(arm), files)
+        """The arm's engines' memory now, all its replicas together (read, never signalled)."""
+        parts = [resident_bytes(self.port(arm, i), files) for i in range(self.replicas[arm])]
+        return parts[0] if len(parts) == 1 else Resident.total(parts)
 
     def take_down(self, arm: str) -> None:
-        """Stop the arm's engine if this launcher started it; anything else is left alone."""
-        if arm in self.started:
-            self._stop_mine(arm)
+        """Stop the arm's engines that this launcher started; anything else is left alone."""
+        for key in self._keys(arm):
+            self._stop_mine(key)
 
     def restore(self) -> str:
         """Leave the target as it was found: the baseline serving (verified healthy) if it was
         serving before, restarted with its own flags only where the advisor had stopped it; nothing
         of ours running otherwise. Returns what it did."""
-        if "candidate" in self.started:
-            self.take_down("candidate")
+        self.take_down("candidate")
         if self.replica:
             self.take_down("baseline")
             url = f"http://{self.spec.host}:{self.spec.port}"
@@ -396,8 +481,7 @@ class LocalLauncher:
                               "(both arms were fresh replicas, now stopped)")
         url = self.url("baseline")
         if not self.found_serving:
-            if "baseline" in self.started:
-                self.take_down("baseline")
+            self.take_down("baseline")
             return "the baseline was not serving when the experiment began; everything the advisor started is stopped"
         if healthy(url, self.spec.health_path):
             return "baseline serving with its own flags, verified healthy"
@@ -410,7 +494,7 @@ class LocalLauncher:
             if whose not in ("baseline", "candidate"):
                 raise LaunchError(f"port {self.spec.port} is held by {now.describe()}, which the advisor did not "
                                   "start; the baseline was not restarted")
-            self._stop_mine(whose)
+            self._stop_holder(now, whose, self.spec.port)
         self._start("baseline")
         if not healthy(url, self.spec.health_path):
             raise LaunchError("the baseline did not come back healthy")

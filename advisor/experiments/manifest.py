@@ -26,6 +26,7 @@ def experiment_manifest(d: Design, r: ExperimentResult) -> dict:
         {"note": "the arms run elsewhere: what they say about themselves is under arms"},
         "mechanism": d.mechanism, "value": repr(d.value), "direction": getattr(d, "direction", None),
         "baseline_argv": d.baseline_args, "candidate_argv": d.candidate_args, "candidate_env": d.candidate_env,
+        "replicas": getattr(d, "replicas", None) or None,
         "workload": {"name": w.name, "source": w.source, "buckets": [b.model_dump() for b in w.buckets],
                      "prefix": w.prefix.model_dump() if w.prefix else None, "arrival": w.arrival.model_dump(),
                      "cancellation": w.cancellation.model_dump(), "seed": w.seed,

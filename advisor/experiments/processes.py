@@ -139,6 +139,14 @@ class Resident(NamedTuple):
     mapped: int | None = None
     gpu: int | None = None
 
+    @staticmethod
+    def total(parts: list[Resident]) -> Resident:
+        """Several engines' (an arm's replicas) together; a field unknown for any of them is unknown."""
+        def add(name: str) -> int | None:
+            vals = [getattr(p, name) for p in parts]
+            return None if any(v is None for v in vals) else sum(vals)
+        return Resident(add("rss"), add("mapped"), add("gpu"))
+
 
 def resident_bytes(port: int, files: tuple[str, ...] = ()) -> Resident:
     """The memory of the process tree serving a local port (vLLM's engine core is a child of its API

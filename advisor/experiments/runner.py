@@ -196,7 +196,8 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                 cold.add(arm)
                 restart[arm] = time.monotonic() - t0
                 say(f"{arm} started in {restart[arm]:.0f}s")
-            target = Target(url=url, model=design.deployment.model, api=design.workload.api)
+            urls = launcher.urls(arm)
+            target = Target(url=url, model=design.deployment.model, api=design.workload.api, spread=tuple(urls[1:]))
             warmed_now = 0
             if arm in cold:
                 a = design.workload.arrival
@@ -217,8 +218,8 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                 return launcher.check(arm) if arm == "candidate" else None
 
             a = design.workload.arrival
-            watch = engine_readouts.BlockWatch(url, design.deployment.engine, design.deployment.model, design.watch,
-                                               describe=arm not in arms)
+            watch = engine_readouts.ReplicasWatch(urls, design.deployment.engine, design.deployment.model,
+                                                  design.watch, describe=arm not in arms)
             if watch.arm_info is not None:
                 arms[arm] = watch.arm_info
             try:

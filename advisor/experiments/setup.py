@@ -184,7 +184,9 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
                   watch=tuple(getattr(knob, "watch", ()) or ()),
                   direction=(direction or knob.candidate.default) if knob and value_text is None else None,
                   seed_pinned=seed is not None or (workload is not None and "seed" in workload.model_fields_set),
-                  stopping=p.stopping, plan=p.describe(), aa=aa, models=models)
+                  stopping=p.stopping, plan=p.describe(), aa=aa, models=models,
+                  replicas=({"baseline": dep.local.replicas, "candidate": int(value)}
+                            if knob and dep.local and knob.engine(dep.engine).kind == "deployment" else {}))
 
 
 def _aa_secondaries(primary: tuple[str, str]) -> list[tuple[str, str]]:
@@ -213,6 +215,8 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
     if not knobs.supported(mechanism, dep.engine):
         raise DesignError(f"{mechanism} is not supported on {dep.engine}: "
                           f"{knobs.KNOBS[mechanism].engine(dep.engine).reason}")
+    if knobs.KNOBS[mechanism].engine(dep.engine).kind == "deployment":
+        return _replicas(dep, mechanism, value_text, direction, base_args, state)
     if mechanism == "api_server_count" and dep.local and any("vllm.entrypoints.openai.api_server" in part
                                                               for part in dep.local.command):
         # Only `vllm serve` starts the extra API processes; this entry point would take the flag and
@@ -239,7 +243,33 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
     return value, base_args, cand_args, cand_env, state, {}
 
 
+def _replicas(dep: Deployment, mechanism: str, value_text: str | None, direction: str | None,
+              base_args: list[str], state: EngineState | None):
+    """A deployment-level count: the same argv on every replica, N (the spec's local.replicas) vs
+    the candidate's count. With endpoints the arms are whatever serves the two URLs."""
+    from advisor.knobs.candidates import Current
+
+    if dep.launcher != "local":
+        if value_text is None:
+            raise DesignError(f"{mechanism}: with the endpoints launcher the candidate URL serves the candidate's "
+                              "replicas, and their count cannot be read from it: give --value")
+        return knobs.validate(mechanism, parse_value(value_text)), base_args, list(base_args), {}, state, {}
+    if direction is not None and direction not in knobs.DIRECTIONS:
+        raise DesignError(f"unknown direction {direction!r}; known: {', '.join(knobs.DIRECTIONS)}")
+    current = Current(dep.local.replicas, True, "in the deployment spec (local.replicas)")
+    if value_text is None:
+        try:
+            value = knobs.default_candidate(mechanism, direction, current)
+        except knobs.KnobError as e:
+            raise DesignError(str(e)) from None
+    else:
+        value = knobs.validate(mechanism, parse_value(value_text))
+    _refuse_same(mechanism, value, current)
+    return value, base_args, list(base_args), {}, state, {}
+
+
 def launcher_for(d: Design, journal: Journal, log_dir: Path):
     if d.deployment.launcher == "endpoints":
         return EndpointsLauncher(d.deployment, d.mechanism, aa=d.aa)
-    return LocalLauncher(d.deployment, d.candidate_args, d.candidate_env, journal, d.id, log_dir)
+    return LocalLauncher(d.deployment, d.candidate_args, d.candidate_env, journal, d.id, log_dir,
+                         candidate_replicas=d.replicas.get("candidate"))

@@ -26,6 +26,7 @@ class RequestRecord:
     error: str | None = None
     prefix_group: int | None = None
     priority: int | None = None
+    replica: int | None = None  # which of an arm's replicas served it (Target.spread); None: one replica
 
     @property
     def ttft(self) -> float | None:

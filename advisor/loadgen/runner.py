@@ -36,6 +36,9 @@ class Target:
     extra_body: dict | None = None
     request_timeout_s: float = 300.0
     http: HttpConfig | None = None  # TLS and credentials; None: the settings' for an engine (advisor/net.py)
+    # More replicas serving the same arm beside `url`: each request goes to the one with the fewest
+    # requests in flight (the first, on a tie), as a least-requests router would send it.
+    spread: tuple[str, ...] = ()
 
 
 async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int, str], *,
@@ -48,7 +51,7 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
     start_at: the unix time of the schedule's origin (default: once the clients exist), so that
     several processes can keep one arrival process (advisor/loadgen/workers.py); on_done: called
     with each record as its request ends."""
-    url = target.url.rstrip("/")
+    urls = [u.rstrip("/") for u in (target.url, *target.spread)]
     records = [RequestRecord(r.index, r.bucket, r.prompt_tokens, r.output_tokens, r.at_s,
                              prefix_group=r.prefix_group, priority=r.priority) for r in requests]
     done = 0
@@ -58,7 +61,15 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
         nonlocal done
         payload = client.body(target.api, target.model, prompts[req.index], req.output_tokens, target.extra_body,
                               priority=req.priority)
-        await client.send(pool, target.api, payload, rec, t0, req.cancel_after_tokens, target.request_timeout_s)
+        k = min(range(len(pools)), key=lambda i: in_flight[i])
+        in_flight[k] += 1
+        if len(pools) > 1:
+            rec.replica = k
+        try:
+            await client.send(pools[k], target.api, payload, rec, t0, req.cancel_after_tokens,
+                              target.request_timeout_s)
+        finally:
+            in_flight[k] -= 1
         done += 1
         if on_done:
             on_done(rec)
@@ -72,7 +83,8 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
         return aborted is not None or (duration_s is not None and time.perf_counter() - t0 >= duration_s)
 
     # TLS settings and credentials only: the per-request deadline is client.send's own.
-    pool = Pool(url, target.http or net.config("engine", url=url))
+    pools = [Pool(u, target.http or net.config("engine", url=u)) for u in urls]
+    in_flight = [0] * len(pools)
     try:
         if start_at is None:
             started_at, t0 = time.time(), time.perf_counter()
@@ -107,7 +119,8 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
     finally:
-        pool.close()
+        for pool in pools:
+            pool.close()
     wall = time.perf_counter() - t0
     span = None if concurrency else max((r.at_s for r in requests if r.at_s is not None), default=0.0)
     return Run(records=records, started_at=started_at, wall_s=wall, planned_span_s=span, aborted=aborted)

@@ -51,10 +51,22 @@ def log_dir() -> Path:
     return advisor_home() / "logs"
 
 
-def free_port() -> int:
-    """A port the kernel just handed out; a small race remains until the server binds it."""
+def free_port(run: int = 1) -> int:
+    """A port the kernel just handed out, with the `run - 1` ports above it free too (an arm's
+    replicas serve from its port up); a small race remains until the servers bind them."""
     import socket
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + run - 1 > 65535:
+            continue
+        try:
+            for p in range(port + 1, port + run):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise OSError(f"no run of {run} free ports found")

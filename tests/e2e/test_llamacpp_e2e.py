@@ -139,3 +139,36 @@ def test_a_a_against_a_baseline_found_serving_compares_two_fresh_replicas(tmp_pa
         assert all(b["restart_s"] is not None for b in x["blocks"] if b["block"] == 0), x["blocks"]
         assert all(b["server"]["signals"]["requests_running_avg"] for b in x["blocks"]), x["blocks"]
         assert all(b["server"]["outside_requests"] is None for b in x["blocks"])
+
+
+def test_one_replica_against_two_with_the_advisor_s_client_spreading_the_requests(tmp_path, isolated_store):
+    """replicas 1 -> 2 (the candidate derived from the spec's count): two llama-server processes of one
+    thread and one slot each, on a 2-core host, against the one found serving; 8 requests in flight
+    queue for the single slot, and the second replica takes half the queue. llama-server is the engine
+    of this test because vLLM's CPU backend binds every replica to the same cores (refused, said
+    why: tests/unit/test_launchers.py)."""
+    import yaml
+
+    from advisor.experiments.launchers import healthy
+    from advisor.localstack.deployment import write_deployment
+    from tests.support.servers import listener
+
+    with LlamaServer(model=paths.tiny_gguf("Q8_0"), max_num_seqs=1, threads=1) as base:
+        found = listener(base.port)
+        dep = write_deployment(base, tmp_path / "dep.yaml", name="local-cpu-llama", candidate_replicas=2)
+        cport = yaml.safe_load(dep.read_text())["local"]["candidate_port"]
+        r = runner.invoke(app, ["experiment", "--deployment", str(dep), "--mechanism", "replicas", "--blocks", "4",
+                                "--block-requests", "16", "--fixed", "--output", "json"])
+        assert r.exit_code in (0, 1), r.output
+        x = json.loads(r.stdout)
+        assert x["status"] == "finished", x.get("aborted")
+        assert x["value"] == "2" and x["manifest"]["replicas"] == {"baseline": 1, "candidate": 2}
+        assert x["primary_metric"] == "ttft p95"
+        assert x["verdict"] == "improved", (x["ratio"], x["ci"], x["reason"], x["blocks"])
+        assert x["ci"][1] < 0.8
+        # Each arm's engines said why: twice the requests running on the candidate's two slots.
+        server = {row["signal"]: row for row in x["server"]}
+        running = server["requests_running_avg"]
+        assert running["baseline"] <= 1.01 < running["candidate"] <= 2.01, x["server"]
+        assert listener(base.port) == found and healthy(base.url), "the engine found serving is untouched"
+        assert listener(cport) is None and listener(cport + 1) is None, "both candidate replicas stopped"

@@ -112,9 +112,23 @@ def test_an_unknown_current_value_asks_for_a_value():
 
 
 def test_knobs_without_an_automatic_candidate_say_why():
-    for mechanism, why in (("quantization", "a model-file swap"), ("replicas", "needs N+1 engines")):
-        with pytest.raises(DesignError, match=re.escape(f"{mechanism}: no automatic candidate: {why}")):
-            design(dep(["--model", "m"]), mechanism, None, None, state=V032)
+    with pytest.raises(DesignError, match=re.escape("quantization: no automatic candidate: a model-file swap")):
+        design(dep(["--model", "m"]), "quantization", None, None, state=V032)
+
+
+def test_replicas_go_from_the_spec_s_count_to_one_more_or_one_fewer():
+    d = design(dep(["--model", "m"]), "replicas", None, None, state=V032)
+    assert (d.value, d.direction, d.candidate_args, d.candidate_env) == (2, "up", ["--model", "m"], {})
+    with pytest.raises(DesignError, match=r"replicas is already 1 in the deployment spec \(local.replicas\): "
+                                          "nothing to test"):
+        design(dep(["--model", "m"]), "replicas", None, None, direction="down", state=V032)
+    with pytest.raises(knobs.KnobError, match="replicas: 0 is not allowed"):
+        design(dep(["--model", "m"]), "replicas", "0", None, state=V032)
+    endpoints = Deployment.model_validate({"name": "e", "engine": "vllm", "model": "m", "launcher": "endpoints",
+                                           "endpoints": {"baseline": "http://a:1", "candidate": "http://b:1"}})
+    with pytest.raises(DesignError, match="replicas: with the endpoints launcher .* give --value"):
+        design(endpoints, "replicas", None, None, state=V032)
+    assert design(endpoints, "replicas", "3", None, state=V032).value == 3
 
 
 def test_unknown_direction_is_refused():
@@ -221,15 +235,15 @@ def test_every_skipped_check_shows_its_reason_in_text_json_and_markdown():
                                            "ttft_mean": 1.8, "requests_waiting_avg": 6}}), load_rules(), SLO())
     last = d.checks[-1]
     assert last.rank > 3
-    last.verdict = CheckSkip(skipped="replicas: no automatic candidate: needs N+1 engines")
+    last.verdict = CheckSkip(skipped="quantization: no automatic candidate: a model-file swap")
     buf = io.StringIO()
     render_text(d, Console(file=buf, width=250))
     assert f"check #{last.rank} {last.rule_id}/{last.id}" in buf.getvalue()
-    assert "not tested: replicas: no automatic candidate: needs N+1 engines" in buf.getvalue()
-    assert "not tested: replicas: no automatic candidate: needs N+1 engines" in markdown_diagnosis(d)
+    assert "not tested: quantization: no automatic candidate: a model-file swap" in buf.getvalue()
+    assert "not tested: quantization: no automatic candidate: a model-file swap" in markdown_diagnosis(d)
     data = d.model_dump(mode="json")
     checks = {c["rank"]: c for f in data["findings"] for c in f["checks"]}
-    assert checks[last.rank]["verdict"] == {"skipped": "replicas: no automatic candidate: needs N+1 engines"}
+    assert checks[last.rank]["verdict"] == {"skipped": "quantization: no automatic candidate: a model-file swap"}
     assert checks[last.rank]["direction"] == last.direction
 
 

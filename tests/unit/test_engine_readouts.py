@@ -154,3 +154,31 @@ def test_a_failed_block_stops_its_watch():
     w.close()
     assert not thread.is_alive()
     assert w.readout(3).note is None and w.readout(3).signals == {}
+
+
+def test_an_arm_of_replicas_adds_up_its_batch_and_queue_and_keeps_its_worst_tail():
+    c = engine_readouts.combine
+    assert c("requests_running_avg", [1.5, 2.0]) == 3.5 and c("requests_waiting_max", [3, 1]) == 4
+    assert c("generation_tokens_per_s", [10.0, 30.0]) == 40.0
+    assert c("kv_cache_usage_max", [0.2, 0.7]) == 0.7 and c("queue_time_p95", [0.1, 0.4]) == 0.4
+    assert c("prefix_cache_hit_rate", [0.2, 0.4]) == pytest.approx(0.3)
+    assert c("requests_running_avg", [1.0, None]) is None, "one replica unread: the arm's value is unknown"
+
+
+def test_the_readouts_of_an_arm_of_replicas_count_every_replica_s_requests(monkeypatch):
+    parts = iter([ServerReadout(signals={"requests_running_avg": 1.0}, window_s=4.0, requests_counted=6),
+                  ServerReadout(signals={"requests_running_avg": 0.5}, window_s=5.0, requests_counted=7,
+                                note="1 scrape(s) failed")])
+
+    class One:
+        def __init__(self, *a, **kw):
+            self.arm_info = None
+
+        def readout(self, sent):
+            return next(parts)
+
+    monkeypatch.setattr(engine_readouts, "BlockWatch", One)
+    r = engine_readouts.ReplicasWatch(["http://a", "http://b"], "vllm", "m").readout(10)
+    assert (r.signals, r.window_s, r.requests_counted, r.outside_requests) == ({"requests_running_avg": 1.5}, 5.0,
+                                                                                13, 3)
+    assert r.note == "replica 2: 1 scrape(s) failed"

@@ -212,3 +212,88 @@ def test_failed_start_is_a_clear_error(tmp_path):
                         Journal(tmp_path), "e6", tmp_path / "logs")
     with pytest.raises(LaunchError, match="exited with code"):
         lau.bring_up("candidate")
+
+
+def replicas_deployment(port: int, cport: int, engine: str = "llamacpp") -> Deployment:
+    return Deployment.model_validate({
+        "name": "fake", "engine": engine, "model": "fake", "launcher": "local",
+        "local": {"command": [sys.executable, "-m", "tests.support.fake_openai"], "args": ["-t", "1"],
+                  "port": port, "candidate_port": cport, "arms": "parallel", "start_timeout_s": 20}})
+
+
+def test_a_candidate_of_n_plus_one_replicas_serves_from_its_port_up_and_all_are_stopped(tmp_path, cleanup):
+    from advisor.localstack.paths import free_port as free_run
+
+    port, cport = free_port(), free_run(2)
+    cleanup += [port, cport, cport + 1]
+    dep = replicas_deployment(port, cport)
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    base_pid = listener(port)
+    lau = LocalLauncher(dep, ["-t", "1"], {}, journal, "r1", tmp_path / "logs", candidate_replicas=2)
+    lau.preflight()
+    assert lau.bring_up("candidate") == f"http://127.0.0.1:{cport}"
+    assert lau.urls("candidate") == [f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{cport + 1}"]
+    assert lau.urls("baseline") == [f"http://127.0.0.1:{port}"]
+    assert [argv_at(u) for u in lau.urls("candidate")] == [["-t", "1"], ["-t", "1"]], "the same argv on each"
+    assert lau.check("candidate") is None
+    assert lau.bring_up("candidate") and lau.starts == 2, "replicas already serving are not restarted"
+    two, one = lau.resident_bytes("candidate").rss, lau.resident_bytes("baseline").rss
+    assert two > 1.5 * one, (two, one)
+    stop_pid(listener(cport + 1))
+    assert "replica" in lau.check("candidate")
+    lau.bring_up("candidate")  # the dead replica is started again
+    assert lau.check("candidate") is None and lau.starts == 3
+    lau.restore()
+    assert listener(port) == base_pid and listener(cport) is None and listener(cport + 1) is None
+    starts = [e.get("replica") for e in journal.entries("r1") if e["event"] == "starting"]
+    assert starts == [None, 2, 2]
+
+
+def test_replicas_left_by_a_dead_advisor_are_all_stopped(tmp_path, cleanup):
+    from advisor.localstack.paths import free_port as free_run
+
+    port, cport = free_port(), free_run(2)
+    cleanup += [port, cport, cport + 1]
+    dep = replicas_deployment(port, cport)
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    journal.write("boot", "recovered")
+    found = listener(port)
+    lau = LocalLauncher(dep, ["-t", "1"], {}, journal, "r2", tmp_path / "logs", candidate_replicas=2)
+    journal.write("r2", "begin", **lau.found_state())
+    lau.bring_up("candidate")  # ...and the advisor dies here, both replicas serving
+    note = recover(dep, journal, tmp_path / "logs")
+    assert note.count("candidate stopped") == 2 and "baseline healthy" in note, note
+    assert listener(cport) is None and listener(cport + 1) is None and listener(port) == found
+
+
+def test_replicas_are_refused_before_anything_starts_where_the_host_has_no_room(tmp_path, cleanup):
+    from advisor.localstack.paths import free_port as free_run
+
+    port, cport = free_port(), free_run(2)
+    cleanup.append(port)
+    dep = replicas_deployment(port, cport, engine="vllm")
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    lau = LocalLauncher(dep, ["-t", "1"], {}, journal, "r3", tmp_path / "logs", candidate_replicas=2)
+    with pytest.raises(LaunchError, match="no room on this host for the replicas experiment: vLLM's CPU worker binds "
+                                          "all cores but one .* 2 replicas would share"):
+        lau.preflight()
+    assert listener(cport) is None and lau.starts == 0
+
+
+def test_a_replica_port_held_by_someone_else_is_refused_by_name(tmp_path, cleanup):
+    from advisor.localstack.paths import free_port as free_run
+
+    port, cport = free_port(), free_run(2)
+    cleanup += [port, cport + 1]
+    dep = replicas_deployment(port, cport)
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    LocalLauncher(replicas_deployment(cport + 1, cport + 5), [], {}, journal, "other", tmp_path / "logs")._start(
+        "baseline")
+    lau = LocalLauncher(dep, ["-t", "1"], {}, journal, "r4", tmp_path / "logs", candidate_replicas=2)
+    with pytest.raises(LaunchError, match=rf"port {cport + 1} \(candidate_port \+ 1, for the candidate's replica 2\) "
+                                          "is held by pid"):
+        lau.preflight()

@@ -111,3 +111,23 @@ def test_run_load_returns_the_result_and_leaves_the_collector_as_it_was():
     with pytest.raises(RuntimeError, match="mid-run"):
         run_load(boom())
     assert gc.get_freeze_count() == 0
+
+
+def test_requests_spread_over_replicas_go_to_the_one_with_fewest_in_flight():
+    """An arm of two replicas, one twenty times slower: each request goes to the replica with the
+    fewest in flight, so both serve and the fast one serves most; the record says which served it."""
+    w = Workload.model_validate({"buckets": [{"prompt_tokens": 10, "output_tokens": 8}],
+                                 "arrival": {"kind": "concurrency", "concurrency": 2}, "requests": 30})
+    reqs = plan(w)
+    prompts = {r.index: "hello world" for r in reqs}
+    with fake_server("--delay", "0.001") as fast, fake_server("--delay", "0.02") as slow:
+        r = asyncio.run(run(Target(fast, "fake", spread=(slow,)), reqs, prompts, concurrency=2))
+    assert all(x.status == "ok" for x in r.records)
+    served = [x.replica for x in r.records]
+    assert set(served) == {0, 1} and served.count(0) > 3 * served.count(1), served
+
+
+def test_one_replica_records_none():
+    with fake_server() as url:
+        r = go(url, workload(requests=3))
+    assert [x.replica for x in r.records] == [None, None, None]

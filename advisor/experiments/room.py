@@ -1,0 +1,113 @@
+"""Whether this host has room for N+1 engine replicas beside what it runs (the replicas knob with the
+local launcher), and if not, what is missing, in one line.
+
+Cores: the candidate's N+1 replicas serve at once, so each needs its own cores; engines that bind
+their threads to fixed cores (vLLM's CPU backend) would put every replica on the same ones, and
+sharing cores measures contention, not capacity. Memory: every engine the experiment starts beside
+the ones already running needs about what the running baseline holds. GPUs: a replica per GPU set
+needs CUDA_VISIBLE_DEVICES per replica, which the local launcher does not place yet.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+
+# The share of available memory the added engines may take: the page cache, the advisor and a
+# burst of requests need the rest.
+MEMORY_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class Host:
+    cores: int
+    available_bytes: int
+    gpus: int = 0
+
+    @classmethod
+    def this(cls) -> Host:
+        from probes.gpu import read_gpus
+
+        gpus = read_gpus(nvlink_sample_s=0.0)
+        return cls(cores=len(os.sched_getaffinity(0)), available_bytes=psutil.virtual_memory().available,
+                   gpus=len(gpus.devices) if gpus.available else 0)
+
+
+@dataclass(frozen=True)
+class EngineCores:
+    """How many cores one engine process takes, and whether every replica would take the same ones."""
+    cores: int | None  # None: not known for this engine
+    source: str        # where that was read, for the refusal's words
+    same_for_every_replica: bool = False
+
+
+def engine_cores(engine: str, args: list[str], env: dict[str, str], host: Host) -> EngineCores:
+    """From the engine's argv and environment, the way the engine itself decides it."""
+    if engine == "vllm":
+        bind = env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+        if bind in ("auto", ""):
+            # vllm/v1/worker/cpu_worker.py: auto binding takes all cores but one of the NUMA node.
+            return EngineCores(max(1, host.cores - 1), "vLLM's CPU worker binds all cores but one "
+                               "(VLLM_CPU_OMP_THREADS_BIND=auto)", same_for_every_replica=True)
+        if bind == "nobind":
+            return EngineCores(None, "VLLM_CPU_OMP_THREADS_BIND=nobind")
+        return EngineCores(len(_cpu_list(bind.split("|")[0])), f"VLLM_CPU_OMP_THREADS_BIND={bind}",
+                           same_for_every_replica=True)
+    if engine == "llamacpp":
+        for flag in ("-t", "--threads"):
+            if flag in args[:-1]:
+                try:
+                    return EngineCores(max(1, int(args[args.index(flag) + 1])), f"llama-server {flag}")
+                except ValueError:
+                    break
+        # common/common.cpp: the default is cpu_get_num_math(), the physical cores.
+        return EngineCores(psutil.cpu_count(logical=False) or host.cores,
+                           "llama-server's default threads (the physical cores)")
+    return EngineCores(None, f"{engine} does not say how many cores it takes")
+
+
+def _cpu_list(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.update(range(int(a), int(b) + 1))
+        elif part:
+            out.add(int(part))
+    return out
+
+
+def refusal(replicas: int, engines_added: int, cores: EngineCores, bytes_per_engine: int | None,
+            host: Host) -> str | None:
+    """Why `replicas` engines serving at once (and `engines_added` started beside what runs now) do
+    not fit this host, or None. Unknowns are not refusals: the caller notes them."""
+    if host.gpus:
+        return (f"{replicas} replicas on a host with {host.gpus} GPU(s) need a GPU set per replica "
+                "(CUDA_VISIBLE_DEVICES for each), which the local launcher does not place yet")
+    if cores.cores is not None:
+        if cores.same_for_every_replica and replicas > 1:
+            return (f"{cores.source}, the same cores for every replica: {replicas} replicas would share "
+                    f"{cores.cores} of this host's {host.cores} cores and measure contention, not capacity")
+        if replicas * cores.cores > host.cores:
+            return (f"{replicas} replicas of {cores.cores} core(s) each ({cores.source}) need "
+                    f"{replicas * cores.cores} cores; this host has {host.cores}")
+    if bytes_per_engine is not None and engines_added * bytes_per_engine > MEMORY_SHARE * host.available_bytes:
+        gib = 2 ** 30
+        return (f"{engines_added} more engine(s) of about {bytes_per_engine / gib:.1f} GiB each (the running "
+                f"baseline's resident memory) need {engines_added * bytes_per_engine / gib:.1f} GiB; this host has "
+                f"{host.available_bytes / gib:.1f} GiB available, of which the experiment takes at most "
+                f"{MEMORY_SHARE:.0%}")
+    return None
+
+
+def unknowns(cores: EngineCores, bytes_per_engine: int | None) -> list[str]:
+    """What the check could not know, for the report."""
+    out = []
+    if cores.cores is None:
+        out.append(f"room for the replicas' cores not checked: {cores.source}")
+    if bytes_per_engine is None:
+        out.append("room for the replicas' memory not checked: no running baseline to measure")
+    return out

@@ -1,0 +1,51 @@
+"""Room for N+1 replicas on this host: cores that each replica has to itself, memory for the engines
+added, and a GPU host refused by name; each refusal one line that says what is missing."""
+
+from advisor.experiments import room
+
+TWO_CORES = room.Host(cores=2, available_bytes=20 * 2**30)
+GIB = 2**30
+
+
+def test_vllm_cpu_binds_every_replica_to_the_same_cores_and_is_refused():
+    cores = room.engine_cores("vllm", ["--max-num-seqs", "2"], {}, TWO_CORES)
+    assert cores.cores == 1 and cores.same_for_every_replica
+    why = room.refusal(2, 2, cores, GIB, TWO_CORES)
+    assert why.startswith("vLLM's CPU worker binds all cores but one") and "2 replicas would share 1" in why
+    # One replica is no contention: the same engine may run a knob experiment beside itself.
+    assert room.refusal(1, 1, cores, GIB, TWO_CORES) is None
+
+
+def test_an_explicit_binding_is_still_the_same_for_every_replica():
+    cores = room.engine_cores("vllm", [], {"VLLM_CPU_OMP_THREADS_BIND": "0-3"}, room.Host(16, 64 * GIB))
+    assert cores.cores == 4 and "VLLM_CPU_OMP_THREADS_BIND=0-3" in room.refusal(2, 2, cores, GIB, room.Host(16, 64 * GIB))
+
+
+def test_llama_server_threads_decide_its_cores():
+    one = room.engine_cores("llamacpp", ["-m", "x.gguf", "-t", "1"], {}, TWO_CORES)
+    assert one.cores == 1 and room.refusal(2, 2, one, GIB, TWO_CORES) is None
+    assert room.refusal(3, 3, one, GIB, TWO_CORES) == ("3 replicas of 1 core(s) each (llama-server -t) need 3 cores; "
+                                                       "this host has 2")
+    two = room.engine_cores("llamacpp", ["--threads", "2"], {}, TWO_CORES)
+    assert "need 4 cores; this host has 2" in room.refusal(2, 2, two, GIB, TWO_CORES)
+
+
+def test_memory_refusal_names_the_need_and_what_is_available():
+    one = room.engine_cores("llamacpp", ["-t", "1"], {}, room.Host(8, 10 * GIB))
+    why = room.refusal(2, 3, one, 4 * GIB, room.Host(8, 10 * GIB))
+    assert why == ("3 more engine(s) of about 4.0 GiB each (the running baseline's resident memory) need 12.0 GiB; "
+                   "this host has 10.0 GiB available, of which the experiment takes at most 80%")
+    assert room.refusal(2, 2, one, 4 * GIB, room.Host(8, 10 * GIB)) is None  # 8 GiB of the 8 allowed
+
+
+def test_a_gpu_host_is_refused_until_replicas_are_placed_on_gpus():
+    cores = room.engine_cores("vllm", [], {}, room.Host(64, 500 * GIB, gpus=8))
+    assert "8 GPU(s) need a GPU set per replica" in room.refusal(2, 2, cores, GIB, room.Host(64, 500 * GIB, gpus=8))
+
+
+def test_what_could_not_be_checked_is_said():
+    cores = room.engine_cores("tgi", [], {}, TWO_CORES)
+    assert cores.cores is None and room.refusal(2, 2, cores, None, TWO_CORES) is None
+    assert room.unknowns(cores, None) == ["room for the replicas' cores not checked: tgi does not say how many "
+                                          "cores it takes",
+                                          "room for the replicas' memory not checked: no running baseline to measure"]
