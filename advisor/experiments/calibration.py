@@ -23,9 +23,20 @@ from advisor.errors import AdvisorError
 from advisor.experiments import readouts, stats
 from advisor.experiments.planning import Noise
 from advisor.experiments.result import ReadoutNoise
+from probes.http import redact_url
 
 FILE = "calibration.json"
 _BOOT = 200
+
+
+class Apart(BaseModel):
+    """How far apart an A/A run found the two environments it compared: its primary's ratio."""
+    baseline: str  # the arms' URLs (credentials redacted): an A/B between other endpoints is not covered
+    candidate: str
+    readout: str
+    ratio: float | None
+    ci: tuple[float, float] | None
+    verdict: str
 
 
 class Calibration(BaseModel):
@@ -35,6 +46,22 @@ class Calibration(BaseModel):
     workload: str
     requests_per_block: int
     readouts: list[ReadoutNoise]
+    apart: Apart | None = None
+
+    def likeness(self, baseline: str, candidate: str) -> str:
+        """For an A/B between the endpoints baseline and candidate: how far apart this A/A run found
+        them, or that it compared other environments."""
+        a = self.apart
+        when = f"A/A calibration {self.experiment} ({self.measured_at:%Y-%m-%d %H:%M} UTC)"
+        if a is None or (a.baseline, a.candidate) != (redact_url(baseline.rstrip("/")),
+                                                       redact_url(candidate.rstrip("/"))):
+            return (f"the {when} did not compare these two endpoints: how alike their environments are is "
+                    "unmeasured; run advisor experiment --aa with the candidate endpoint serving the baseline's "
+                    "configuration first")
+        ci = f", 95% CI [{a.ci[0]:.3f}, {a.ci[1]:.3f}]" if a.ci else ""
+        ratio = "-" if a.ratio is None else f"{a.ratio:.3f}"
+        return (f"the two endpoints' environments, both serving the baseline's configuration ({when}): "
+                f"{a.readout} ratio {ratio}{ci}: {a.verdict}")
 
     def noise(self, metric: str, statistic: str) -> Noise | None:
         for r in self.readouts:
@@ -123,6 +150,12 @@ def save(directory: Path, cal: Calibration) -> Path:
     tmp.write_text(cal.model_dump_json(indent=2))
     os.replace(tmp, path)
     return path
+
+
+def no_calibration_note() -> str:
+    return ("no A/A calibration of these two endpoints: how alike their environments are is unmeasured (the "
+            "endpoints launcher cannot start a fresh baseline replica beside the candidate); run advisor "
+            "experiment --aa with the candidate endpoint serving the baseline's configuration first")
 
 
 class CalibrationError(AdvisorError):

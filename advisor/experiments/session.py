@@ -81,6 +81,8 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
             if found:
                 (note or say)(found)
             launcher = launcher_for(d, journal, directory / "logs")
+            if dep.launcher == "endpoints" and not d.aa:
+                launcher.notes.append(_likeness(directory, dep))
             save_block = None
             stored = None
             if store is not None:
@@ -119,6 +121,13 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
                 from advisor.experiments import calibration
 
                 cal = calibration.measure(d.id, dep.name, d.workload.name, len(d.requests), result._by_block)
+                if dep.launcher == "endpoints":
+                    from probes.http import redact_url
+
+                    cal.apart = calibration.Apart(baseline=redact_url(dep.endpoints.baseline.rstrip("/")),
+                                                  candidate=redact_url(dep.endpoints.candidate.rstrip("/")),
+                                                  readout=result.primary_metric, ratio=result.ratio,
+                                                  ci=tuple(result.ci) if result.ci else None, verdict=result.verdict)
                 calibration.save(directory, cal)
                 result.calibration = cal.readouts
             result.cost, result.cost_note = arm_costs(d, result, price)
@@ -134,6 +143,20 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
         if store is not None:
             store.close()
     return result
+
+
+def _likeness(directory: Path, dep) -> str:
+    """The endpoints launcher compares two environments it did not start: how far apart the stored A/A
+    run found them, for the report."""
+    from advisor.experiments import calibration
+
+    try:
+        cal = calibration.load(directory)
+    except calibration.CalibrationError as e:
+        return str(e)
+    if cal is None:
+        return calibration.no_calibration_note()
+    return cal.likeness(dep.endpoints.baseline, dep.endpoints.candidate)
 
 
 def _quietly(write: Callable[[], None], stored: int | None) -> None:

@@ -142,9 +142,9 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
     aa: a deliberate A/A run: the candidate is the baseline's own configuration (`mechanism` may be
     None), to measure the target's noise."""
     if aa:
-        if dep.launcher == "endpoints" and dep.endpoints.candidate.rstrip("/") != dep.endpoints.baseline.rstrip("/"):
-            raise DesignError("an A/A run on the endpoints launcher needs candidate: the baseline's own URL (or "
-                              "the URL of a replica with the same configuration, started by whoever owns it)")
+        # With endpoints, the candidate URL is the baseline's own or a replica of its configuration
+        # (the launcher's preflight refuses two arms that reveal different configurations): an A/A
+        # run between the two environments that an A/B will compare says how far apart they are.
         value, cand_env, knob, models = None, {}, None, {}
         base_args = list(dep.local.args) if dep.local else []
         cand_args = list(base_args)
