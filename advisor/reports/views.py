@@ -197,8 +197,11 @@ def _manifest_line(m: dict) -> str | None:
     work = m.get("workload", {})
     machine = (f"{hw.get('cpu')} x{hw.get('cores')}, {', '.join(hw.get('gpus') or []) or 'no GPU'}" if "cpu" in hw
                else "arms on other hosts")
-    return (f"{m['deployment'].get('engine')} {m.get('engine_version') or ''}, model {m['deployment'].get('model')}, "
-            f"{machine}; workload "
+    engine = " ".join(str(x) for x in (m["deployment"].get("engine"), m.get("engine_version")) if x)
+    replicas = m.get("replicas") or {}
+    arms = (f"; replicas baseline {replicas.get('baseline')}, candidate {replicas.get('candidate')}" if replicas
+            else "")
+    return (f"{engine}, model {m['deployment'].get('model')}, {machine}{arms}; workload "
             f"{work.get('name')} ({m.get('concurrency_or_rate')}, seed {(m.get('seeds') or {}).get('workload')}); "
             f"blocks {' '.join(m.get('block_order') or [])}")
 
