@@ -6,6 +6,7 @@ never an exception, and a machine without a driver yields GpuStatus(available=Fa
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
@@ -313,3 +314,97 @@ def process_gpu_bytes(pids: set[int], nvml: ModuleType | Any = None) -> int | No
             nvml.nvmlShutdown()
         except nvml.NVMLError:
             pass
+
+
+# Sampled per block by an experiment (advisor/experiments/engine_readouts.py): what NVML reads of
+# the devices an arm's engine holds. The DCGM profiling signals (gpu_sm_active_avg ...) need DCGM.
+BLOCK_SIGNALS = ("gpu_util_avg", "gpu_memory_used_frac", "gpu_power_avg")
+
+
+class GpuSampler:
+    """The GPU signals of the devices that some processes hold (an experiment arm's engine), sampled
+    in a thread while those processes serve a block: NVML reads a device, not an arm, so only the
+    devices where the arm's processes run are read, and a reading after the block would show an
+    idle GPU. stop() returns BLOCK_SIGNALS averaged over the samples and devices (memory: its
+    highest), all None with `why` when NVML is absent or none of the processes holds a device."""
+
+    def __init__(self, pids: set[int], every_s: float = 0.5, nvml: ModuleType | Any = None):
+        self.pids, self.every_s, self._nvml = set(pids), every_s, nvml
+        self.devices: list[int] = []
+        self.why: str | None = None
+        self._samples: dict[str, list[float]] = {name: [] for name in BLOCK_SIGNALS}
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> GpuSampler:
+        nvml = self._nvml
+        if nvml is None:
+            nvml, why = _load_nvml()
+            if nvml is None:
+                self.why = why
+                return self
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as e:
+            self.why = _init_reason(nvml, e)
+            return self
+        self._nvml = nvml
+        try:
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+            self.devices = [i for i, h in enumerate(handles)
+                            if any(p.pid in self.pids for p in nvml.nvmlDeviceGetComputeRunningProcesses(h))]
+        except nvml.NVMLError as e:
+            self.why = f"NVML could not list the devices' processes ({e})"
+        if not self.devices:
+            self.why = self.why or "none of the arm's engine processes holds a GPU"
+            self._shutdown()
+            return self
+        self._handles = [handles[i] for i in self.devices]
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._done.wait(self.every_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        nvml = self._nvml
+        for h in self._handles:
+            for name, read in (("gpu_util_avg", lambda: float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)),
+                               ("gpu_memory_used_frac", lambda: _frac(nvml.nvmlDeviceGetMemoryInfo(h))),
+                               ("gpu_power_avg", lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0)):
+                try:
+                    v = read()
+                except (nvml.NVMLError, ZeroDivisionError):
+                    continue
+                if v is not None:
+                    self._samples[name].append(v)
+
+    def stop(self) -> dict[str, float | None]:
+        if self._thread is not None:
+            self._done.set()
+            self._thread.join(timeout=5)
+            self._sample()
+            self._thread = None
+            self._shutdown()
+        out: dict[str, float | None] = {}
+        for name, vals in self._samples.items():
+            if not vals:
+                out[name] = None
+            elif name == "gpu_memory_used_frac":
+                out[name] = max(vals)
+            else:
+                out[name] = sum(vals) / len(vals)
+        return out
+
+    def _shutdown(self) -> None:
+        try:
+            self._nvml.nvmlShutdown()
+        except self._nvml.NVMLError:
+            pass
+
+
+def _frac(mem: Any) -> float | None:
+    return mem.used / mem.total if mem.total else None

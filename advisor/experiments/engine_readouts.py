@@ -16,8 +16,11 @@ import statistics
 import httpx
 
 from advisor import net
+from advisor.experiments.processes import serving_pids
 from advisor.experiments.result import BlockRecord, ServerReadout, ServerRow
 from probes._primitives import why_empty
+from probes.gpu import BLOCK_SIGNALS as GPU_SIGNALS
+from probes.gpu import GpuSampler
 from probes.watch import Watch
 
 # Read for every block, whatever the knob: the map's "watch" columns that explain most verdicts.
@@ -37,10 +40,12 @@ class BlockWatch:
 
     def __init__(self, url: str, engine: str, model: str, watch: tuple[str, ...] = (),
                  every_s: float = SCRAPE_EVERY_S, transport: httpx.BaseTransport | None = None,
-                 describe: bool = False):
-        """describe: also read what the arm's engine says it is (`arm_info`), for the manifest."""
+                 describe: bool = False, nvml=None):
+        """describe: also read what the arm's engine says it is (`arm_info`), for the manifest.
+        nvml: a stand-in for the NVML module (tests)."""
         self.signals = tuple(dict.fromkeys((*ALWAYS, *watch)))
         self._watch: Watch | None = None
+        self._gpu: GpuSampler | None = None
         self._note: str | None = None
         self.arm_info: dict | None = None
         try:
@@ -52,26 +57,35 @@ class BlockWatch:
         else:
             if self._watch.info is not None:
                 self.arm_info = self._watch.info.model_dump(exclude={"problems"})
+        if set(self.signals) & set(GPU_SIGNALS):
+            # GPU signals read during the block, of the devices the arm's own processes hold: a
+            # reading after it would show an idle GPU, and NVML cannot tell one arm's devices from
+            # the other's otherwise. An arm on another host has its GPUs read by that host.
+            pids = serving_pids(url)
+            if pids:
+                self._gpu = GpuSampler(pids, every_s=every_s, nvml=nvml).start()
 
     def close(self) -> None:
         """The block failed: stop watching without reading (idempotent)."""
+        if self._gpu is not None:
+            self._gpu.stop()
+            self._gpu = None
         if self._watch is not None:
             self._watch.close()
             self._watch = None
 
     def readout(self, sent: int) -> ServerReadout:
+        gpu, self._gpu = (self._gpu.stop() if self._gpu is not None else {}), None
         if self._watch is None:
-            return ServerReadout(note=self._note)
+            return ServerReadout(signals={k: v for k, v in gpu.items() if k in self.signals}, note=self._note)
         watch, self._watch = self._watch, None
         try:
             found = watch.stop()
         except Exception as e:  # noqa: BLE001 - the block keeps its client readouts
             return ServerReadout(note=f"no server readouts: {e}")
         window = next((s.window_s for s in found.values() if s.window_s), None)
-        # GPU signals (the watch lists of speculative, parallelism and kernel knobs) stay empty: a
-        # reading after the block would show an idle GPU, and NVML cannot tell one arm's devices
-        # from the other's. Sampling them during the block is still to do.
-        values = {name: found[name].value if name in found else None for name in self.signals}
+        values = {name: gpu[name] if name in gpu else found[name].value if name in found else None
+                  for name in self.signals}
         rate = found.get("request_rate")
         if rate is not None and rate.present and window:
             counted = round(rate.value * window)

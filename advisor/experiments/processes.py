@@ -148,6 +148,24 @@ class Resident(NamedTuple):
         return Resident(add("rss"), add("mapped"), add("gpu"))
 
 
+def serving_pids(url: str) -> set[int]:
+    """The process tree serving a loopback URL's port (an engine and its workers); empty for another
+    host's URL or a port no process we can see holds."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return set()
+    rec = holder(u.port or (443 if u.scheme == "https" else 80))
+    if rec is None or rec is UNSEEN:
+        return set()
+    try:
+        top = psutil.Process(rec.pid)
+        return {top.pid, *(p.pid for p in top.children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
 def resident_bytes(port: int, files: tuple[str, ...] = ()) -> Resident:
     """The memory of the process tree serving a local port (vLLM's engine core is a child of its API
     server), read without signalling anything; all None when nothing we can see serves the port."""

@@ -49,10 +49,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompt-words", type=int, default=64, help="prompt length in words (default 64)")
     p.add_argument("--max-tokens", type=int, default=128, help="output tokens per request (default 128)")
     p.add_argument("--no-experiment", action="store_true", help="diagnose only; skip the A/B experiment")
+    p.add_argument("--experiments", type=int, default=1, metavar="N",
+                   help="prove the top N testable checks, each with its own experiment (default 1); the checks "
+                        "that cannot be tested here say why")
     p.add_argument("--serve", type=int, metavar="PORT", default=None,
                    help="instead of the CLI diagnosis, keep the engine and Prometheus up and run the dashboard "
                         "(advisor serve) on 127.0.0.1:PORT until Ctrl-C, with an advisor.yaml naming them")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.experiments < 1:
+        p.error("--experiments: at least 1 (--no-experiment diagnoses only)")
+    return args
 
 
 def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline: float, totals: DriveResult) -> None:
@@ -72,16 +78,17 @@ def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline:
         totals.first_error = totals.first_error or r.first_error
 
 
-def run_diagnosis(prom_url: str, window: int, deployment: Path | None, experiment: bool = True) -> int:
+def run_diagnosis(prom_url: str, window: int, deployment: Path | None, experiments: int = 1) -> int:
     cmd = [sys.executable, "-m", "advisor.cli", "diagnose", "--prom-url", prom_url, "--window", f"{window}s"]
     if deployment:
-        cmd += ["--deployment", str(deployment)] + (["--experiment", "1"] if experiment else [])
+        cmd += ["--deployment", str(deployment)] + (["--experiment", str(experiments)] if experiments else [])
     log("running: advisor " + " ".join(cmd[3:]))
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    limit = 1500 + 900 * max(0, experiments - 1)
     try:
-        rc = proc.wait(timeout=1500)
+        rc = proc.wait(timeout=limit)
     except subprocess.TimeoutExpired:
-        log("the diagnosis ran past 1500 s; stopping it (its experiment restores the baseline first)")
+        log(f"the diagnosis ran past {limit} s; stopping it (its experiment restores the baseline first)")
         _stop_child(proc)
         return 1
     except BaseException:
@@ -166,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         # The spec also tells the diagnosis which model folder the engine serves (its structure).
         deployment = write_deployment(engine, Path(tempfile.mkdtemp(prefix="advisor-local-")) / "deployment.yaml")
         log(f"deployment spec: {deployment}")
-        rc = run_diagnosis(prom.url, args.window, deployment, experiment=not args.no_experiment)
+        rc = run_diagnosis(prom.url, args.window, deployment, experiments=0 if args.no_experiment else args.experiments)
         log(f"load: {totals.ok} ok, {totals.errors} errors of {totals.requests} requests")
         if totals.first_error:
             log(f"first load error: {totals.first_error}")
