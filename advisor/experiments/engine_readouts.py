@@ -182,7 +182,8 @@ def notes(blocks: list[BlockRecord], rows: list[ServerRow], verdict: str) -> lis
         if blind and mine:
             why = next((b.server.note for b in blind if b.server and b.server.note), "not read")
             out.append(f"{len(blind)} of {len(mine)} {arm} blocks have no server readouts ({why})")
-    watched = [r for r in rows if r.watched and r.baseline is not None and r.candidate is not None]
+    # A signal only one arm has is news too: a drafter's acceptance exists on the candidate alone.
+    watched = [r for r in rows if r.watched and (r.baseline is not None or r.candidate is not None)]
     if watched and verdict != "improved":
         out.append("watched signals, baseline -> candidate: "
                    + "; ".join(f"{r.signal} {fmt(r.baseline)} -> {fmt(r.candidate)}" for r in watched))

@@ -233,3 +233,65 @@ def test_priority_scheduling_lets_the_urgent_class_overtake_the_queue(tmp_path, 
         buckets = {b["bucket"] for b in r["buckets"]}
         assert buckets == {"interactive", "batch"}, r["buckets"]
         assert r["baseline_restored"] and "--scheduling-policy" not in argv_on(base.port)
+
+
+def test_max_num_seqs_lowered_for_a_wide_decode_batch_reads_tpot(tmp_path, isolated_store):
+    """ADV002's decode-batch check (TPOT high, the batch too wide) as the diagnosis runs it: the
+    direction down from the baseline's own argv (16 slots, 16 long generations in flight: 16 / 4 = 4
+    slots) and its readout, TPOT. Each arm's engine shows the narrower batch; the verdict is what the
+    CPU engine does with it, with every readout and the baseline restored."""
+    with LocalEngine(max_num_seqs=16) as base:
+        dep = write_deployment(base, tmp_path / "dep.yaml")
+        code, r = experiment(dep, "--mechanism", "max_num_seqs", "--direction", "down", "--readout", "tpot_p50",
+                             "--concurrency", "16", "--blocks", "4", "--block-requests", "16", "--fixed")
+        assert code == 0 and r["status"] == "finished", r
+        assert r["value"] == "4" and r["primary_metric"] == "tpot p50" and r["manifest"]["direction"] == "down"
+        assert flag(r["manifest"]["candidate_argv"], "--max-num-seqs") == "4"
+        server = {row["signal"]: row for row in r["server"]}
+        running = server["requests_running_avg"]
+        assert running["candidate"] <= 4.01 < running["baseline"], r["server"]
+        assert r["verdict"] in ("improved", "regressed", "no change", "inconclusive")
+        lo, hi = r["ci"] or (None, None)
+        if r["verdict"] == "improved":
+            assert hi < 1
+        if r["verdict"] != "improved":  # the engine's own signals, in the words of the knob's fails_means
+            assert any(n.startswith("watched signals, baseline -> candidate:") for n in r["server_notes"]), r
+        assert r["baseline_restored"] and flag(argv_on(base.port), "--max-num-seqs") == "16"
+
+
+def test_a_larger_token_budget_admits_long_prompts_in_fewer_steps(tmp_path, isolated_store):
+    """ADV001's prefill-admission check: max_num_batched_tokens up (x2, from the baseline's own 128)
+    with prompts of 500 to 700 tokens, four in flight on four slots (no queue): each prompt is
+    prefilled in chunks of the step's token budget, so the larger budget needs about half the steps."""
+    with LocalEngine(max_num_seqs=4, extra_args=["--max-num-batched-tokens", "128"]) as base:
+        dep = write_deployment(base, tmp_path / "dep.yaml")
+        code, r = experiment(dep, "--mechanism", "max_num_batched_tokens", "--direction", "up", "--readout",
+                             "ttft_p50", "--concurrency", "4", "--blocks", "4", "--block-requests", "16", "--fixed")
+        assert code == 0 and r["status"] == "finished", r
+        assert r["value"] == "256" and flag(r["manifest"]["candidate_argv"], "--max-num-batched-tokens") == "256"
+        assert r["verdict"] == "improved", (r["ratio"], r["ci"], r["reason"], r["blocks"])
+        assert r["ci"][1] < 1
+        assert r["baseline_restored"] and flag(argv_on(base.port), "--max-num-batched-tokens") == "128"
+
+
+def test_ngram_speculative_decoding_is_judged_with_its_acceptance_and_the_quality_guard(tmp_path, local_engine,
+                                                                                       isolated_store):
+    """speculative off -> on (the catalog's candidate: n-gram lookup, 4 draft tokens), which vLLM's CPU
+    build serves: TPOT judged per block, the candidate's own engine reporting how many drafts it
+    accepted (the baseline drafts nothing), and the quality guard comparing both arms' greedy tokens,
+    since verification must leave them as they were."""
+    dep = write_deployment(local_engine, tmp_path / "dep.yaml")
+    code, r = experiment(dep, "--mechanism", "speculative", "--readout", "tpot_p50", "--concurrency", "2",
+                         "--blocks", "4", "--block-requests", "16", "--fixed")
+    assert code == 0 and r["status"] == "finished", r
+    spec = json.loads(flag(r["manifest"]["candidate_argv"], "--speculative-config"))
+    assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+    server = {row["signal"]: row for row in r["server"]}
+    acceptance = server["spec_acceptance_rate"]
+    assert acceptance["watched"] and acceptance["baseline"] is None and 0 <= acceptance["candidate"] <= 1, r["server"]
+    q = r["quality"]
+    assert q["prompts"] >= 200 and q["verdict"] in ("within margin", "past margin", "unclear"), q
+    if r["verdict"] != "improved":
+        [line] = [n for n in r["server_notes"] if n.startswith("watched signals, baseline -> candidate:")]
+        assert "spec_acceptance_rate - ->" in line, line
+    assert r["baseline_restored"] and "--speculative-config" not in argv_on(local_engine.port)
