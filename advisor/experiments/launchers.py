@@ -213,6 +213,8 @@ class LocalLauncher:
         self.started: dict[str, ProcessRecord] = {}
         self.starts = 0
         self.notes: list[str] = []
+        # Each replica's own environment beyond the arm's (its own cores), set by the room check.
+        self.placement: dict[str, list[dict[str, str]]] = {}
 
     @property
     def replica(self) -> bool:
@@ -309,6 +311,12 @@ class LocalLauncher:
         if why:
             raise LaunchError(f"no room on this host for the replicas experiment: {why}")
         self.notes.extend(room.unknowns(cores, per_engine))
+        for arm in ("candidate", "baseline") if self.replica else ("candidate",):
+            self.placement[arm] = room.binds(cores, self.replicas[arm])
+            if any(self.placement[arm]):
+                self.notes.append(f"the {arm}'s replicas each on their own cores: "
+                                  + ", ".join(" ".join(f"{k}={v}" for k, v in env.items())
+                                              for env in self.placement[arm]))
 
     def found_state(self) -> dict:
         """What the journal's "begin" keeps: whether the baseline was serving, and who served it."""
@@ -411,6 +419,9 @@ class LocalLauncher:
         log_path = self.log_dir / f"{self.experiment}-{name}-{int(time.time())}.log"
         # The advisor's own PYTHONPATH would shadow the engine's environment; the spec may set one.
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | self.env[arm]
+        placed = self.placement.get(arm) or []
+        if replica < len(placed):
+            env |= placed[replica]
         argv = self.argv(arm, replica)
         url = self.url(arm, replica)
         self.starts += 1

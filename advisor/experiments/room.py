@@ -1,9 +1,11 @@
 """Whether this host has room for N+1 engine replicas beside what it runs (the replicas knob with the
 local launcher), and if not, what is missing, in one line.
 
-Cores: the candidate's N+1 replicas serve at once, so each needs its own cores; engines that bind
-their threads to fixed cores (vLLM's CPU backend) would put every replica on the same ones, and
-sharing cores measures contention, not capacity. Memory: every engine the experiment starts beside
+Cores: the candidate's N+1 replicas serve at once, so each needs its own cores, as many as the
+baseline's engine has; engines that bind their threads to fixed cores would put every replica on the
+same ones, and sharing cores measures contention, not capacity. vLLM's CPU backend binds by
+VLLM_CPU_OMP_THREADS_BIND (auto: all cores but one), so the launcher gives each replica its own
+range of as many cores (`binds`), the first one the cores auto binding gives the baseline. Memory: every engine the experiment starts beside
 the ones already running needs about what the running baseline holds. GPUs: a replica per GPU set
 needs CUDA_VISIBLE_DEVICES per replica, which the local launcher does not place yet.
 """
@@ -41,6 +43,7 @@ class EngineCores:
     cores: int | None  # None: not known for this engine
     source: str        # where that was read, for the refusal's words
     same_for_every_replica: bool = False
+    bind_env: str | None = None  # the variable that gives a replica its own cores (placeable), if any
 
 
 def engine_cores(engine: str, args: list[str], env: dict[str, str], host: Host) -> EngineCores:
@@ -48,9 +51,11 @@ def engine_cores(engine: str, args: list[str], env: dict[str, str], host: Host) 
     if engine == "vllm":
         bind = env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
         if bind in ("auto", ""):
-            # vllm/v1/worker/cpu_worker.py: auto binding takes all cores but one of the NUMA node.
+            # vllm/utils/ompmultiprocessing.py (0.32): auto binding takes all cores of the NUMA node but the reserved one
+            # (on this 2-core host: CPU 0, advisor/cores.py); each replica can be given its own.
             return EngineCores(max(1, host.cores - 1), "vLLM's CPU worker binds all cores but one "
-                               "(VLLM_CPU_OMP_THREADS_BIND=auto)", same_for_every_replica=True)
+                               "(VLLM_CPU_OMP_THREADS_BIND=auto)", same_for_every_replica=True,
+                               bind_env="VLLM_CPU_OMP_THREADS_BIND")
         if bind == "nobind":
             return EngineCores(None, "VLLM_CPU_OMP_THREADS_BIND=nobind")
         return EngineCores(len(_cpu_list(bind.split("|")[0])), f"VLLM_CPU_OMP_THREADS_BIND={bind}",
@@ -88,7 +93,7 @@ def refusal(replicas: int, engines_added: int, cores: EngineCores, bytes_per_eng
         return (f"{replicas} replicas on a host with {host.gpus} GPU(s) need a GPU set per replica "
                 "(CUDA_VISIBLE_DEVICES for each), which the local launcher does not place yet")
     if cores.cores is not None:
-        if cores.same_for_every_replica and replicas > 1:
+        if cores.same_for_every_replica and replicas > 1 and cores.bind_env is None:
             return (f"{cores.source}, the same cores for every replica: {replicas} replicas would share "
                     f"{cores.cores} of this host's {host.cores} cores and measure contention, not capacity")
         if replicas * cores.cores > host.cores:
@@ -101,6 +106,15 @@ def refusal(replicas: int, engines_added: int, cores: EngineCores, bytes_per_eng
                 f"{host.available_bytes / gib:.1f} GiB available, of which the experiment takes at most "
                 f"{MEMORY_SHARE:.0%}")
     return None
+
+
+def binds(cores: EngineCores, replicas: int) -> list[dict[str, str]]:
+    """Each replica's own environment: for an engine bound by a variable, replica i on cores
+    [i*c, (i+1)*c); otherwise nothing to set."""
+    if cores.bind_env is None or cores.cores is None or replicas < 2:
+        return [{} for _ in range(replicas)]
+    c = cores.cores
+    return [{cores.bind_env: f"{i * c}" if c == 1 else f"{i * c}-{(i + 1) * c - 1}"} for i in range(replicas)]
 
 
 def unknowns(cores: EngineCores, bytes_per_engine: int | None) -> list[str]:

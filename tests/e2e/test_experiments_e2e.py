@@ -250,6 +250,7 @@ def test_max_num_seqs_lowered_for_a_wide_decode_batch_reads_tpot(tmp_path, isola
         server = {row["signal"]: row for row in r["server"]}
         running = server["requests_running_avg"]
         assert running["candidate"] <= 4.01 < running["baseline"], r["server"]
+        print(f"\ndecode batch 16 -> 4: TPOT p50 ratio {r['ratio']}, CI {r['ci']}: {r['verdict']}")
         assert r["verdict"] in ("improved", "regressed", "no change", "inconclusive")
         lo, hi = r["ci"] or (None, None)
         if r["verdict"] == "improved":
@@ -260,18 +261,21 @@ def test_max_num_seqs_lowered_for_a_wide_decode_batch_reads_tpot(tmp_path, isola
 
 
 def test_a_larger_token_budget_admits_long_prompts_in_fewer_steps(tmp_path, isolated_store):
-    """ADV001's prefill-admission check: max_num_batched_tokens up (x2, from the baseline's own 128)
+    """ADV001's prefill-admission check: max_num_batched_tokens up (x2, from the baseline's own 32)
     with prompts of 500 to 700 tokens, four in flight on four slots (no queue): each prompt is
-    prefilled in chunks of the step's token budget, so the larger budget needs about half the steps."""
-    with LocalEngine(max_num_seqs=4, extra_args=["--max-num-batched-tokens", "128"]) as base:
+    prefilled in chunks of the step's token budget, about 20 steps at 32 and 10 at 64, and on the tiny
+    model a step's fixed cost dominates. (At 128 -> 256 the steps' fixed cost was no longer what TTFT
+    was made of: ratio 1.20, 95 % CI [0.97, 1.41], inconclusive, measured on this 2-core host.)"""
+    with LocalEngine(max_num_seqs=4, extra_args=["--max-num-batched-tokens", "32"]) as base:
         dep = write_deployment(base, tmp_path / "dep.yaml")
         code, r = experiment(dep, "--mechanism", "max_num_batched_tokens", "--direction", "up", "--readout",
                              "ttft_p50", "--concurrency", "4", "--blocks", "4", "--block-requests", "16", "--fixed")
         assert code == 0 and r["status"] == "finished", r
-        assert r["value"] == "256" and flag(r["manifest"]["candidate_argv"], "--max-num-batched-tokens") == "256"
+        assert r["value"] == "64" and flag(r["manifest"]["candidate_argv"], "--max-num-batched-tokens") == "64"
+        print(f"\ntoken budget 32 -> 64: TTFT p50 ratio {r['ratio']}, CI {r['ci']}: {r['verdict']}")
         assert r["verdict"] == "improved", (r["ratio"], r["ci"], r["reason"], r["blocks"])
         assert r["ci"][1] < 1
-        assert r["baseline_restored"] and flag(argv_on(base.port), "--max-num-batched-tokens") == "128"
+        assert r["baseline_restored"] and flag(argv_on(base.port), "--max-num-batched-tokens") == "32"
 
 
 def test_ngram_speculative_decoding_is_judged_with_its_acceptance_and_the_quality_guard(tmp_path, local_engine,
@@ -290,6 +294,8 @@ def test_ngram_speculative_decoding_is_judged_with_its_acceptance_and_the_qualit
     acceptance = server["spec_acceptance_rate"]
     assert acceptance["watched"] and acceptance["baseline"] is None and 0 <= acceptance["candidate"] <= 1, r["server"]
     q = r["quality"]
+    print(f"\nngram: TPOT p50 ratio {r['ratio']}, CI {r['ci']}: {r['verdict']}; acceptance {acceptance['candidate']}; "
+          f"quality {q['verdict']}, exact match {q['exact_match']}")
     assert q["prompts"] >= 200 and q["verdict"] in ("within margin", "past margin", "unclear"), q
     if r["verdict"] != "improved":
         [line] = [n for n in r["server_notes"] if n.startswith("watched signals, baseline -> candidate:")]

@@ -144,9 +144,9 @@ def test_a_a_against_a_baseline_found_serving_compares_two_fresh_replicas(tmp_pa
 def test_one_replica_against_two_with_the_advisor_s_client_spreading_the_requests(tmp_path, isolated_store):
     """replicas 1 -> 2 (the candidate derived from the spec's count): two llama-server processes of one
     thread and one slot each, on a 2-core host, against the one found serving; 8 requests in flight
-    queue for the single slot, and the second replica takes half the queue. llama-server is the engine
-    of this test because vLLM's CPU backend binds every replica to the same cores (refused, said
-    why: tests/unit/test_launchers.py)."""
+    queue for the single slot, and the second replica takes half the queue. llama-server starts in
+    two seconds, a vLLM replica in forty: the vLLM replicas run in the README's local deployment
+    (advisor diagnose --experiment 3), each on its own core (tests/unit/test_launchers.py)."""
     import yaml
 
     from advisor.experiments.launchers import healthy

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import threading
@@ -72,6 +73,8 @@ def main(argv=None) -> None:
                 return self._json(200, {})
             if self.path == "/argv":
                 return self._json(200, {"argv": extra})
+            if self.path == "/bind":  # the core binding a launcher gave this process (its replica's own)
+                return self._json(200, {"bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")})
             if self.path == "/v1/models":
                 return self._json(200, {"data": [{"id": args.model_id, "max_model_len": 4096}]})
             if self.path == "/version":

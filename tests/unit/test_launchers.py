@@ -214,6 +214,14 @@ def test_failed_start_is_a_clear_error(tmp_path):
         lau.bring_up("candidate")
 
 
+@pytest.fixture
+def two_cores(monkeypatch):
+    """The room check sees the 2-core, GPU-less host these tests were written on, whatever runs them."""
+    from advisor.experiments import room
+
+    monkeypatch.setattr(room.Host, "this", classmethod(lambda cls: cls(cores=2, available_bytes=20 * 2**30)))
+
+
 def replicas_deployment(port: int, cport: int, engine: str = "llamacpp") -> Deployment:
     return Deployment.model_validate({
         "name": "fake", "engine": engine, "model": "fake", "launcher": "local",
@@ -221,7 +229,7 @@ def replicas_deployment(port: int, cport: int, engine: str = "llamacpp") -> Depl
                   "port": port, "candidate_port": cport, "arms": "parallel", "start_timeout_s": 20}})
 
 
-def test_a_candidate_of_n_plus_one_replicas_serves_from_its_port_up_and_all_are_stopped(tmp_path, cleanup):
+def test_a_candidate_of_n_plus_one_replicas_serves_from_its_port_up_and_all_are_stopped(tmp_path, cleanup, two_cores):
     from advisor.localstack.paths import free_port as free_run
 
     port, cport = free_port(), free_run(2)
@@ -250,7 +258,7 @@ def test_a_candidate_of_n_plus_one_replicas_serves_from_its_port_up_and_all_are_
     assert starts == [None, 2, 2]
 
 
-def test_replicas_left_by_a_dead_advisor_are_all_stopped(tmp_path, cleanup):
+def test_replicas_left_by_a_dead_advisor_are_all_stopped(tmp_path, cleanup, two_cores):
     from advisor.localstack.paths import free_port as free_run
 
     port, cport = free_port(), free_run(2)
@@ -268,22 +276,41 @@ def test_replicas_left_by_a_dead_advisor_are_all_stopped(tmp_path, cleanup):
     assert listener(cport) is None and listener(cport + 1) is None and listener(port) == found
 
 
-def test_replicas_are_refused_before_anything_starts_where_the_host_has_no_room(tmp_path, cleanup):
+def test_replicas_are_refused_before_anything_starts_where_the_host_has_no_room(tmp_path, cleanup, two_cores):
     from advisor.localstack.paths import free_port as free_run
 
     port, cport = free_port(), free_run(2)
     cleanup.append(port)
-    dep = replicas_deployment(port, cport, engine="vllm")
+    dep = replicas_deployment(port, cport)
     journal = Journal(tmp_path)
     start_baseline(dep, tmp_path, journal)
-    lau = LocalLauncher(dep, ["-t", "1"], {}, journal, "r3", tmp_path / "logs", candidate_replicas=2)
-    with pytest.raises(LaunchError, match="no room on this host for the replicas experiment: vLLM's CPU worker binds "
-                                          "all cores but one .* 2 replicas would share"):
+    lau = LocalLauncher(dep, ["-t", "2"], {}, journal, "r3", tmp_path / "logs", candidate_replicas=2)
+    with pytest.raises(LaunchError, match=r"no room on this host for the replicas experiment: 2 replicas of 2 core\(s\) "
+                                          r"each \(llama-server -t\) need 4 cores; this host has 2"):
         lau.preflight()
     assert listener(cport) is None and lau.starts == 0
 
 
-def test_a_replica_port_held_by_someone_else_is_refused_by_name(tmp_path, cleanup):
+def test_vllm_cpu_replicas_each_get_their_own_core(tmp_path, cleanup, two_cores):
+    """vLLM's CPU worker binds its threads (auto: all cores but one, CPU 0 of 2): every replica would
+    take the same core, so each replica of the candidate is given its own through the same variable."""
+    from advisor.localstack.paths import free_port as free_run
+
+    port, cport = free_port(), free_run(2)
+    cleanup += [port, cport, cport + 1]
+    dep = replicas_deployment(port, cport, engine="vllm")
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    lau = LocalLauncher(dep, ["-t", "1"], {}, journal, "r5", tmp_path / "logs", candidate_replicas=2)
+    lau.preflight()
+    lau.bring_up("candidate")
+    assert [httpx.get(u + "/bind").json()["bind"] for u in lau.urls("candidate")] == ["0", "1"]
+    assert httpx.get(lau.url("baseline") + "/bind").json()["bind"] is None, "the baseline keeps its own binding"
+    assert any("VLLM_CPU_OMP_THREADS_BIND=0, VLLM_CPU_OMP_THREADS_BIND=1" in n for n in lau.notes), lau.notes
+    lau.restore()
+
+
+def test_a_replica_port_held_by_someone_else_is_refused_by_name(tmp_path, cleanup, two_cores):
     from advisor.localstack.paths import free_port as free_run
 
     port, cport = free_port(), free_run(2)

@@ -7,13 +7,18 @@ TWO_CORES = room.Host(cores=2, available_bytes=20 * 2**30)
 GIB = 2**30
 
 
-def test_vllm_cpu_binds_every_replica_to_the_same_cores_and_is_refused():
+def test_vllm_cpu_auto_binding_is_placed_one_core_range_per_replica_where_the_host_has_them():
     cores = room.engine_cores("vllm", ["--max-num-seqs", "2"], {}, TWO_CORES)
-    assert cores.cores == 1 and cores.same_for_every_replica
-    why = room.refusal(2, 2, cores, GIB, TWO_CORES)
-    assert why.startswith("vLLM's CPU worker binds all cores but one") and "2 replicas would share 1" in why
-    # One replica is no contention: the same engine may run a knob experiment beside itself.
-    assert room.refusal(1, 1, cores, GIB, TWO_CORES) is None
+    assert cores.cores == 1 and cores.bind_env == "VLLM_CPU_OMP_THREADS_BIND"
+    assert room.refusal(2, 2, cores, GIB, TWO_CORES) is None
+    assert room.binds(cores, 2) == [{"VLLM_CPU_OMP_THREADS_BIND": "0"}, {"VLLM_CPU_OMP_THREADS_BIND": "1"}]
+    assert room.binds(cores, 1) == [{}], "one replica keeps the engine's own binding"
+    big = room.Host(16, 64 * GIB)
+    fifteen = room.engine_cores("vllm", [], {}, big)
+    assert room.refusal(2, 2, fifteen, GIB, big) == ("2 replicas of 15 core(s) each (vLLM's CPU worker binds all cores "
+                                                     "but one (VLLM_CPU_OMP_THREADS_BIND=auto)) need 30 cores; this "
+                                                     "host has 16")
+    assert room.binds(room.EngineCores(4, "x", True, "B"), 2) == [{"B": "0-3"}, {"B": "4-7"}]
 
 
 def test_an_explicit_binding_is_still_the_same_for_every_replica():
