@@ -4,8 +4,11 @@ local launcher), and if not, what is missing, in one line.
 Cores: the candidate's N+1 replicas serve at once, so each needs its own cores, as many as the
 baseline's engine has; engines that bind their threads to fixed cores would put every replica on the
 same ones, and sharing cores measures contention, not capacity. vLLM's CPU backend binds by
-VLLM_CPU_OMP_THREADS_BIND (auto: all cores but one), so the launcher gives each replica its own
-range of as many cores (`binds`), the first one the cores auto binding gives the baseline. Memory: every engine the experiment starts beside
+VLLM_CPU_OMP_THREADS_BIND (auto: all cores but one, the one left for its API server and engine
+core), so each replica needs its worker's cores and one more, and the launcher gives each its own
+range (`binds`), the first one where auto binding puts the baseline's worker. Measured on a 2-core
+host with each of two replicas on its own core and no core left over: the queue's TTFT p50 rose from
+0.1-0.3 s to 2.5-5.7 s, and the load generator itself fell behind. Memory: every engine the experiment starts beside
 the ones already running needs about what the running baseline holds. GPUs: a replica per GPU set
 needs CUDA_VISIBLE_DEVICES per replica, which the local launcher does not place yet.
 """
@@ -44,6 +47,7 @@ class EngineCores:
     source: str        # where that was read, for the refusal's words
     same_for_every_replica: bool = False
     bind_env: str | None = None  # the variable that gives a replica its own cores (placeable), if any
+    reserved: int = 0  # cores each replica leaves beside its worker for its other processes
 
 
 def engine_cores(engine: str, args: list[str], env: dict[str, str], host: Host) -> EngineCores:
@@ -54,12 +58,13 @@ def engine_cores(engine: str, args: list[str], env: dict[str, str], host: Host) 
             # vllm/utils/ompmultiprocessing.py (0.32): auto binding takes all cores of the NUMA node but the reserved one
             # (on this 2-core host: CPU 0, advisor/cores.py); each replica can be given its own.
             return EngineCores(max(1, host.cores - 1), "vLLM's CPU worker binds all cores but one "
-                               "(VLLM_CPU_OMP_THREADS_BIND=auto)", same_for_every_replica=True,
-                               bind_env="VLLM_CPU_OMP_THREADS_BIND")
+                               "(VLLM_CPU_OMP_THREADS_BIND=auto), the one left serving its API server and engine "
+                               "core", same_for_every_replica=True, bind_env="VLLM_CPU_OMP_THREADS_BIND", reserved=1)
         if bind == "nobind":
             return EngineCores(None, "VLLM_CPU_OMP_THREADS_BIND=nobind")
-        return EngineCores(len(_cpu_list(bind.split("|")[0])), f"VLLM_CPU_OMP_THREADS_BIND={bind}",
-                           same_for_every_replica=True)
+        return EngineCores(len(_cpu_list(bind.split("|")[0])), f"VLLM_CPU_OMP_THREADS_BIND={bind}, and a core for its "
+                           "API server and engine core", same_for_every_replica=True,
+                           bind_env="VLLM_CPU_OMP_THREADS_BIND", reserved=1)
     if engine == "llamacpp":
         for flag in ("-t", "--threads"):
             if flag in args[:-1]:
@@ -96,9 +101,10 @@ def refusal(replicas: int, engines_added: int, cores: EngineCores, bytes_per_eng
         if cores.same_for_every_replica and replicas > 1 and cores.bind_env is None:
             return (f"{cores.source}, the same cores for every replica: {replicas} replicas would share "
                     f"{cores.cores} of this host's {host.cores} cores and measure contention, not capacity")
-        if replicas * cores.cores > host.cores:
-            return (f"{replicas} replicas of {cores.cores} core(s) each ({cores.source}) need "
-                    f"{replicas * cores.cores} cores; this host has {host.cores}")
+        each = cores.cores + cores.reserved
+        if replicas * each > host.cores:
+            return (f"{replicas} replicas of {each} core(s) each ({cores.source}) need "
+                    f"{replicas * each} cores; this host has {host.cores}")
     if bytes_per_engine is not None and engines_added * bytes_per_engine > MEMORY_SHARE * host.available_bytes:
         gib = 2 ** 30
         return (f"{engines_added} more engine(s) of about {bytes_per_engine / gib:.1f} GiB each (the running "
@@ -109,12 +115,14 @@ def refusal(replicas: int, engines_added: int, cores: EngineCores, bytes_per_eng
 
 
 def binds(cores: EngineCores, replicas: int) -> list[dict[str, str]]:
-    """Each replica's own environment: for an engine bound by a variable, replica i on cores
-    [i*c, (i+1)*c); otherwise nothing to set."""
+    """Each replica's own environment: for an engine bound by a variable, replica i's worker on c
+    cores from i*(c + reserved), the reserved ones after it left to its other processes; otherwise
+    nothing to set."""
     if cores.bind_env is None or cores.cores is None or replicas < 2:
         return [{} for _ in range(replicas)]
-    c = cores.cores
-    return [{cores.bind_env: f"{i * c}" if c == 1 else f"{i * c}-{(i + 1) * c - 1}"} for i in range(replicas)]
+    c, stride = cores.cores, cores.cores + cores.reserved
+    return [{cores.bind_env: f"{i * stride}" if c == 1 else f"{i * stride}-{i * stride + c - 1}"}
+            for i in range(replicas)]
 
 
 def unknowns(cores: EngineCores, bytes_per_engine: int | None) -> list[str]:

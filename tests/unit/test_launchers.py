@@ -291,11 +291,16 @@ def test_replicas_are_refused_before_anything_starts_where_the_host_has_no_room(
     assert listener(cport) is None and lau.starts == 0
 
 
-def test_vllm_cpu_replicas_each_get_their_own_core(tmp_path, cleanup, two_cores):
-    """vLLM's CPU worker binds its threads (auto: all cores but one, CPU 0 of 2): every replica would
-    take the same core, so each replica of the candidate is given its own through the same variable."""
+def test_vllm_cpu_replicas_each_get_their_own_cores_where_the_host_has_them(tmp_path, cleanup, monkeypatch):
+    """vLLM's CPU worker binds its threads (auto: all cores but one): every replica would take the
+    same cores, so on a host with room each replica of the candidate is given its own."""
+    from advisor.experiments import room
     from advisor.localstack.paths import free_port as free_run
 
+    # The baseline's worker has 1 core (auto on 2 cores); this host has 4 for the 2 replicas and a spare each.
+    monkeypatch.setattr(room, "engine_cores", lambda *a: room.EngineCores(1, "auto", True, "VLLM_CPU_OMP_THREADS_BIND",
+                                                                         reserved=1))
+    monkeypatch.setattr(room.Host, "this", classmethod(lambda cls: cls(cores=4, available_bytes=20 * 2**30)))
     port, cport = free_port(), free_run(2)
     cleanup += [port, cport, cport + 1]
     dep = replicas_deployment(port, cport, engine="vllm")
@@ -304,10 +309,24 @@ def test_vllm_cpu_replicas_each_get_their_own_core(tmp_path, cleanup, two_cores)
     lau = LocalLauncher(dep, ["-t", "1"], {}, journal, "r5", tmp_path / "logs", candidate_replicas=2)
     lau.preflight()
     lau.bring_up("candidate")
-    assert [httpx.get(u + "/bind").json()["bind"] for u in lau.urls("candidate")] == ["0", "1"]
+    assert [httpx.get(u + "/bind").json()["bind"] for u in lau.urls("candidate")] == ["0", "2"]
     assert httpx.get(lau.url("baseline") + "/bind").json()["bind"] is None, "the baseline keeps its own binding"
-    assert any("VLLM_CPU_OMP_THREADS_BIND=0, VLLM_CPU_OMP_THREADS_BIND=1" in n for n in lau.notes), lau.notes
+    assert any("VLLM_CPU_OMP_THREADS_BIND=0, VLLM_CPU_OMP_THREADS_BIND=2" in n for n in lau.notes), lau.notes
     lau.restore()
+
+
+def test_vllm_cpu_replicas_are_refused_on_two_cores(tmp_path, cleanup, two_cores):
+    from advisor.localstack.paths import free_port as free_run
+
+    port, cport = free_port(), free_run(2)
+    cleanup.append(port)
+    dep = replicas_deployment(port, cport, engine="vllm")
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    lau = LocalLauncher(dep, [], {}, journal, "r6", tmp_path / "logs", candidate_replicas=2)
+    with pytest.raises(LaunchError, match=r"no room on this host for the replicas experiment: 2 replicas of 2 core\(s\) "
+                                          r"each \(vLLM's CPU worker binds all cores but one"):
+        lau.preflight()
 
 
 def test_a_replica_port_held_by_someone_else_is_refused_by_name(tmp_path, cleanup, two_cores):
