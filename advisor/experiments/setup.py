@@ -164,6 +164,12 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
     primary = readout(mechanism if not aa else None, readout_signal)
     w = with_seed(workload, fresh, pinned=seed is not None) if workload is not None else \
         default_workload(mechanism or "aa", block_requests or planning.CONSERVATIVE_REQUESTS, concurrency, fresh)
+    if mechanism == "scheduling_policy" and value == "priority" and not aa \
+            and len({b.priority for b in w.buckets}) < 2:
+        raise DesignError(f"scheduling_policy priority: every request of the workload {w.name!r} has the same "
+                          "priority, so a priority scheduler has nothing to reorder (an A/A run labelled as a test); "
+                          "give a workload whose buckets set different priorities, or none for the knob's own "
+                          "two-class workload")
     n = block_requests or w.requests or len(plan(w))
     noise = (calibration.noise(*primary) if calibration is not None else None) or planning.conservative(primary[1])
     try:

@@ -131,6 +131,18 @@ def test_replicas_go_from_the_spec_s_count_to_one_more_or_one_fewer():
     assert design(endpoints, "replicas", "3", None, state=V032).value == 3
 
 
+def test_priority_scheduling_needs_a_workload_with_priorities():
+    """A diagnosis replays the deployment's traffic, which carries no priorities: the priority
+    scheduler would reorder nothing, and the check is skipped with that reason."""
+    replay = Workload.model_validate({"name": "replayed", "requests": 8, "arrival": {"kind": "concurrency",
+                                      "concurrency": 4}, "buckets": [{"prompt_tokens": 50, "output_tokens": 8}]})
+    with pytest.raises(DesignError, match="scheduling_policy priority: every request of the workload 'replayed' has "
+                                          "the same priority"):
+        design(dep(["--model", "m"]), "scheduling_policy", None, replay, state=V032)
+    d = design(dep(["--model", "m"]), "scheduling_policy", None, None, state=V032)
+    assert d.value == "priority" and {b.priority for b in d.workload.buckets} == {0, 1}
+
+
 def test_unknown_direction_is_refused():
     with pytest.raises(DesignError, match="unknown direction 'sideways'"):
         design(dep(["--max-num-seqs", "2"]), "max_num_seqs", None, None, direction="sideways", state=V032)
