@@ -354,35 +354,38 @@ class LocalLauncher:
             for key in self._keys(other):
                 if "/" in key:
                     self._stop_mine(key)
+        start: list[int] = []
         now = self._holder(arm)
         if now is not None:
             whose = self._whose(now)
             if not ((whose == arm or (arm == "baseline" and whose == "found")) and healthy(url, self.spec.health_path)):
                 self._stop_holder(now, whose, self.port(arm))
-                self._start(arm)
+                start.append(0)
         else:
-            self._start(arm)
-        for i in range(1, self.replicas[arm]):
-            self._bring_up_replica(arm, i)
+            start.append(0)
+        start += [i for i in range(1, self.replicas[arm]) if self._replica_to_start(arm, i)]
+        if start:
+            self._start_all(arm, start)
         return url
 
-    def _bring_up_replica(self, arm: str, i: int) -> None:
+    def _replica_to_start(self, arm: str, i: int) -> bool:
+        """Whether replica i of the arm must be started (a stale one of ours is stopped first)."""
         url, key = self.url(arm, i), f"{arm}/{i}"
         if self._found_replicas(arm):
             if not healthy(url, self.spec.health_path):
                 raise LaunchError(f"the baseline's replica {i + 1} at {url} is not healthy")
-            return
+            return False
         now = holder(self.port(arm, i))
         if now is not None:
             if key in self.started and is_or_descends_from(now.pid, self.started[key]) \
                     and healthy(url, self.spec.health_path):
-                return
+                return False
             whose = self._whose(now)
             if whose not in ("baseline", "candidate"):
                 raise LaunchError(f"port {self.port(arm, i)} is held by {now.describe()}, which the advisor did not "
                                   "start; it leaves it alone")
             self._stop_mine(next(k for k in self.started if is_or_descends_from(now.pid, self.started[k])))
-        self._start(arm, i)
+        return True
 
     def _stop_holder(self, now: ProcessRecord, whose: str | None, port: int) -> None:
         if whose in ("baseline", "candidate"):
@@ -412,6 +415,16 @@ class LocalLauncher:
         return outcome
 
     def _start(self, arm: str, replica: int = 0) -> None:
+        self._start_all(arm, [replica])
+
+    def _start_all(self, arm: str, replicas: list[int]) -> None:
+        """Start these replicas of the arm together (two vLLM replicas take one start's time, not
+        two) and wait until each is healthy; LaunchError for the first that is not."""
+        pending = [self._spawn(arm, i) for i in replicas]
+        for p in pending:
+            self._await(*p)
+
+    def _spawn(self, arm: str, replica: int):
         key = arm if replica == 0 else f"{arm}/{replica}"
         extra = {"replica": replica + 1} if replica else {}
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -423,7 +436,6 @@ class LocalLauncher:
         if replica < len(placed):
             env |= placed[replica]
         argv = self.argv(arm, replica)
-        url = self.url(arm, replica)
         self.starts += 1
         with open(log_path, "wb") as log:
             # Detached: a restored baseline must keep serving after the advisor exits.
@@ -434,7 +446,11 @@ class LocalLauncher:
         self.started[key] = rec
         self.journal.write(self.experiment, "starting", arm=self._label(arm), **rec.entry(), argv=argv,
                            log=str(log_path), **extra)
-        deadline = time.monotonic() + self.spec.start_timeout_s
+        return arm, replica, key, name, extra, proc, rec, log_path, time.monotonic() + self.spec.start_timeout_s
+
+    def _await(self, arm: str, replica: int, key: str, name: str, extra: dict, proc: subprocess.Popen,
+               rec: ProcessRecord, log_path: Path, deadline: float) -> None:
+        url = self.url(arm, replica)
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.started.pop(key, None)
