@@ -160,6 +160,17 @@ class LocalPrometheus:
             raise PrometheusError(f"query {expr!r} failed: {body.get('error', r.text)}")
         return body["data"]["result"]
 
+    def wait_scraped(self, timeout: float = 30) -> None:
+        """Until every target has been scraped once: a counter needs a sample from before the load,
+        or the load's growth is never seen (a burst that ends before the first scrape reads as none)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            up = {x["metric"].get("instance") for x in self.query("up") if x["value"][1] == "1"}
+            if set(self.targets) <= up:
+                return
+            time.sleep(0.25)
+        raise PrometheusError(f"not every target scraped within {timeout:.0f} s: {', '.join(self.targets)}")
+
     def stop(self, grace: float = 10) -> None:
         proc, self.proc = self.proc, None
         _live.discard(self)

@@ -61,6 +61,7 @@ def test_advisor_load_from_prometheus_runs_against_a_tokenizer_that_splits_every
         url = engine.url
         assert one_token_words(url, "tiny-pieces") <= 2, "the pieces tokenizer splits common words"
         prom = local_prometheus([engine.target])
+        prom.wait_scraped()  # CI once drove the whole burst before the first scrape: no growth to read
         # Traffic for the workload to be read from: the engine's own length histograms and rate.
         traffic = drive_sync(url, model="tiny-pieces", requests=24, concurrency=4, prompt_words=60, max_tokens=8)
         assert traffic.ok == 24, traffic.first_error
