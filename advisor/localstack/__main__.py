@@ -7,8 +7,8 @@ Starts the CPU vLLM engine with --max-num-seqs 2 and a Prometheus scraping it ev
 more concurrent requests than the engine admits so that a queue forms, waits until Prometheus
 holds a full window of that load, stops the load, and runs `advisor diagnose --experiment N`
 (--experiments N, default 1) against it: the diagnosis, and the top checks' experiments against
-the real engine (each candidate on a second port, the baseline left serving). Progress goes to stderr ("[local] ..."); the report
-goes to stdout. Both servers stop on exit or Ctrl-C.
+the real engine (each candidate on a second port, the baseline left serving). Progress goes to
+stderr ("[local] ..."); the report goes to stdout. Both servers stop on exit or Ctrl-C.
 """
 
 from __future__ import annotations
