@@ -349,6 +349,12 @@ class LocalLauncher:
 
     def bring_up(self, arm: str) -> str:
         url = self.url(arm)
+        for key in self._keys(arm):
+            # Started and never stopped by us, and gone: it died while the other arm ran. Starting it
+            # again would hide the failure, and a fresh engine is not the arm that ran the blocks.
+            rec = self.started[key]
+            if not rec.alive():
+                raise LaunchError(f"the {_named(key)} engine (pid {rec.pid}) died between its blocks")
         if self.spec.arms == "sequential":  # the other arm's further replicas would outlive its switch
             other = "candidate" if arm == "baseline" else "baseline"
             for key in self._keys(other):
@@ -475,7 +481,7 @@ class LocalLauncher:
         for key in self._keys(arm):
             rec = self.started[key]
             if not rec.alive():
-                return f"the {key.replace('/', ' replica ')} engine (pid {rec.pid}) died"
+                return f"the {_named(key)} engine (pid {rec.pid}) died"
         for i, url in enumerate(self.urls(arm)):
             if not healthy(url, self.spec.health_path):
                 return f"the {arm} engine at {url} is unhealthy"
@@ -526,6 +532,12 @@ class LocalLauncher:
         if not healthy(url, self.spec.health_path):
             raise LaunchError("the baseline did not come back healthy")
         return "baseline restarted with its own flags, verified healthy"
+
+
+def _named(key: str) -> str:
+    """'candidate' for an arm's first replica, 'candidate replica 2' for its second."""
+    arm, _, i = key.partition("/")
+    return f"{arm} replica {int(i) + 1}" if i else arm
 
 
 def _tail(path: Path, n: int = 8) -> str:

@@ -155,6 +155,10 @@ def test_dead_candidate_is_reported_and_restore_still_works(tmp_path, cleanup):
     os.kill(pid, signal.SIGKILL)
     psutil.Process(pid).wait(5) if psutil.pid_exists(pid) else None
     assert "died" in lau.check("candidate") or "unhealthy" in lau.check("candidate")
+    lau.bring_up("baseline")
+    with pytest.raises(LaunchError, match=f"the candidate engine \\(pid {pid}\\) died between its blocks"):
+        lau.bring_up("candidate")  # never quietly started again
+    assert listener(cport) is None
     lau.restore()
     assert healthy(lau.url("baseline"))
 
@@ -249,13 +253,13 @@ def test_a_candidate_of_n_plus_one_replicas_serves_from_its_port_up_and_all_are_
     two, one = lau.resident_bytes("candidate").rss, lau.resident_bytes("baseline").rss
     assert two > 1.5 * one, (two, one)
     stop_pid(listener(cport + 1))
-    assert "replica" in lau.check("candidate")
-    lau.bring_up("candidate")  # the dead replica is started again
-    assert lau.check("candidate") is None and lau.starts == 3
+    assert lau.check("candidate").startswith("the candidate replica 2 engine (pid ")
+    with pytest.raises(LaunchError, match="the candidate replica 2 engine .* died between its blocks"):
+        lau.bring_up("candidate")  # never quietly started again
     lau.restore()
     assert listener(port) == base_pid and listener(cport) is None and listener(cport + 1) is None
     starts = [e.get("replica") for e in journal.entries("r1") if e["event"] == "starting"]
-    assert starts == [None, 2, 2]
+    assert starts == [None, 2]
 
 
 def test_replicas_left_by_a_dead_advisor_are_all_stopped(tmp_path, cleanup, two_cores):
