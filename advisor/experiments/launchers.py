@@ -331,9 +331,9 @@ class LocalLauncher:
         'found' for the process found serving the port, None for anyone else's."""
         if rec is UNSEEN:
             return "found" if self.found is UNSEEN else None
-        for key, mine in self.started.items():
-            if is_or_descends_from(rec.pid, mine):
-                return key.split("/")[0]
+        key = self._key_of(rec.pid)
+        if key is not None:
+            return key.split("/")[0]
         if self.found not in (None, UNSEEN) and rec.pid == self.found.pid and self.found.alive():
             return "found"
         return None
@@ -343,6 +343,10 @@ class LocalLauncher:
         if now is None and arm == "baseline" and self.found is UNSEEN and healthy(self.url(arm), self.spec.health_path):
             return UNSEEN
         return now
+
+    def _key_of(self, pid: int) -> str | None:
+        """The key of the process this launcher started that pid is (or descends from), or None."""
+        return next((k for k, mine in self.started.items() if is_or_descends_from(pid, mine)), None)
 
     def _keys(self, arm: str) -> list[str]:
         return [k for k in self.started if k.split("/")[0] == arm]
@@ -390,13 +394,12 @@ class LocalLauncher:
             if whose not in ("baseline", "candidate"):
                 raise LaunchError(f"port {self.port(arm, i)} is held by {now.describe()}, which the advisor did not "
                                   "start; it leaves it alone")
-            self._stop_mine(next(k for k in self.started if is_or_descends_from(now.pid, self.started[k])))
+            self._stop_mine(self._key_of(now.pid))
         return True
 
     def _stop_holder(self, now: ProcessRecord, whose: str | None, port: int) -> None:
         if whose in ("baseline", "candidate"):
-            self._stop_mine(next((k for k in self._keys(whose) if is_or_descends_from(now.pid, self.started[k])),
-                                 whose))
+            self._stop_mine(self._key_of(now.pid) or whose)
             return
         if whose == "found" and self._may_stop_found():
             found = self.found
