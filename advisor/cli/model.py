@@ -55,9 +55,10 @@ def _served(url: str | None, deployment: Path | None) -> Path:
         name, source = served_weights(engine)
     else:
         from advisor.experiments.deployment import load_deployment
+        from advisor.knobs import model_flags
 
         dep = load_deployment(deployment)
-        found = model_args([*dep.local.command, *dep.local.args]) if dep.local is not None else None
+        found = model_args([*dep.local.command, *dep.local.args], model_flags(dep.engine)) if dep.local is not None else None
         name, source = found or dep.model, f"{deployment}"
     path = weights_path(name)
     if path is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from advisor import knobs
 from advisor.errors import AdvisorError
+from advisor.models import locate
 from advisor.models.four_layers import ModelLayers
 
 # A relative change in resident memory smaller than this is the allocator's noise, not the weights.
@@ -43,34 +44,14 @@ def candidate_path(mechanism: str, value_text: str | None) -> Path | None:
     return None
 
 
-def _flags(engine: str) -> tuple[str, ...]:
-    return tuple(knobs.ENGINE_INFO[engine]["model_flags"])
-
-
-def model_position(args: list[str], engine: str) -> tuple[int, str] | None:
-    """(index in args, the model's text) of the model the argv serves: a model flag's value
-    (`-m X`, `--model=X`), or vLLM's positional `serve X`; None when the args name none."""
-    flags = _flags(engine)
-    for i, a in enumerate(args):
-        if a in flags and i + 1 < len(args):
-            return i + 1, args[i + 1]
-        for f in flags:
-            if f.startswith("--") and a.startswith(f + "="):
-                return i, a.split("=", 1)[1]
-    if engine == "vllm" and "serve" in args:
-        i = args.index("serve") + 1
-        if i < len(args) and not args[i].startswith("-"):
-            return i, args[i]
-    return None
-
-
 def swap(base_args: list[str], command: list[str], engine: str, path: Path) -> list[str]:
     """The baseline's args with the model path replaced by `path`, and nothing else changed but the
     name the model is served under (kept as it was, so that requests reach it)."""
-    found = model_position(base_args, engine)
+    flags = knobs.model_flags(engine)
+    found = locate.model_position(base_args, flags)
     if found is None:
-        where = " (it is in local.command: move it to local.args)" if model_position(command, engine) else ""
-        raise ModelSwapError(f"the baseline's args name no model ({' or '.join(_flags(engine))}){where}: "
+        where = " (it is in local.command: move it to local.args)" if locate.model_position(command, flags) else ""
+        raise ModelSwapError(f"the baseline's args name no model ({' or '.join(flags)}){where}: "
                              "nothing to swap")
     i, model = found
     if _same_file(model, path):
@@ -102,7 +83,7 @@ def layers(base_args: list[str], engine: str, candidate: Path) -> dict[str, Mode
         out = {"candidate": ModelLayers.of(inspect(candidate))}
     except ModelConfigError as e:
         raise ModelSwapError(f"candidate model: {e}") from None
-    found = model_position(base_args, engine)
+    found = locate.model_position(base_args, knobs.model_flags(engine))
     base = weights_path(found[1]) if found else None
     if base is not None:
         try:

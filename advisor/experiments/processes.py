@@ -148,37 +148,41 @@ class Resident(NamedTuple):
         return Resident(add("rss"), add("mapped"), add("gpu"))
 
 
+def _tree(port: int) -> list[psutil.Process]:
+    """The process tree holding a local port (an engine and its workers: vLLM's engine core is a
+    child of its API server); empty when no process we can see holds it."""
+    rec = holder(port)
+    if rec is None or rec is UNSEEN:
+        return []
+    try:
+        top = psutil.Process(rec.pid)
+        return [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def serving_pids(url: str) -> set[int]:
-    """The process tree serving a loopback URL's port (an engine and its workers); empty for another
-    host's URL or a port no process we can see holds."""
+    """The process tree serving a loopback URL's port; empty for another host's URL or a port no
+    process we can see holds."""
     from urllib.parse import urlsplit
 
     u = urlsplit(url)
     if u.hostname not in ("127.0.0.1", "localhost", "::1"):
         return set()
-    rec = holder(u.port or (443 if u.scheme == "https" else 80))
-    if rec is None or rec is UNSEEN:
-        return set()
-    try:
-        top = psutil.Process(rec.pid)
-        return {top.pid, *(p.pid for p in top.children(recursive=True))}
-    except psutil.Error:
-        return set()
+    return {p.pid for p in _tree(u.port or (443 if u.scheme == "https" else 80))}
 
 
 def resident_bytes(port: int, files: tuple[str, ...] = ()) -> Resident:
-    """The memory of the process tree serving a local port (vLLM's engine core is a child of its API
-    server), read without signalling anything; all None when nothing we can see serves the port."""
+    """The memory of the process tree serving a local port, read without signalling anything; all
+    None when nothing we can see serves the port."""
     from probes.gpu import process_gpu_bytes
 
-    rec = holder(port)
-    if rec is None or rec is UNSEEN:
+    tree = _tree(port)
+    if not tree:
         return Resident()
     wanted = {os.path.realpath(f) for f in files}
     total, mapped, found = 0, 0, False
     try:
-        top = psutil.Process(rec.pid)
-        tree = (top, *top.children(recursive=True))
         for p in tree:
             total += p.memory_info().rss
             if wanted:

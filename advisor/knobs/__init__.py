@@ -34,6 +34,11 @@ KNOBS: dict[str, Knob] = _KNOBS
 _CATALOG = Catalog(KNOBS, ENGINE_INFO)
 
 
+def model_flags(engine: str) -> tuple[str, ...]:
+    """The flags that name the model an engine serves (besides vLLM's positional `serve MODEL`)."""
+    return tuple(ENGINE_INFO[engine]["model_flags"])
+
+
 def validate(mechanism: str, value: Any) -> Any:
     """The canonical value of `value` for `mechanism`, or KnobError."""
     return _validate(_CATALOG.knob(mechanism), value)
@@ -102,5 +107,5 @@ def already_by_default(mechanism: str, direction: str | None, engine: str | None
 __all__ = [
     "CLIENT_METRICS", "CatalogError", "DIRECTIONS", "ENGINES", "ENGINE_INFO", "EngineSpec", "KNOBS", "Knob", "KnobError",
     "Readout", "Rendered", "ValueSpec", "already_by_default", "already_candidate", "apply", "current_value", "default_candidate",
-    "effective_value", "render", "supported", "validate",
+    "effective_value", "model_flags", "render", "supported", "validate",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Sequence
 
 
 def hub_cache() -> Path:
@@ -34,20 +35,30 @@ def config_path(model: str) -> Path | None:
     return found[0] if found else None
 
 
-def model_args(argv: list[str]) -> str | None:
-    """The model an engine's argv serves: vLLM's --model or its positional `serve MODEL`, llama.cpp's
-    -m / --model (only for a llama.cpp binary: `python -m` names a module)."""
-    llama = bool(argv) and Path(argv[0]).name.startswith("llama-")
-    for i, a in enumerate(argv):
-        if (a == "--model" or (a == "-m" and llama)) and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--model="):
-            return a.split("=", 1)[1]
-    if "serve" in argv:
-        i = argv.index("serve")
-        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            return argv[i + 1]
+def model_position(args: list[str], flags: Sequence[str]) -> tuple[int, str] | None:
+    """(index in args, the model's text) of the model an argv serves: one of the engine's model
+    flags' value (`-m X`, `--model=X`), or vLLM's positional `serve X`; None when it names none."""
+    for i, a in enumerate(args):
+        if a in flags and i + 1 < len(args):
+            return i + 1, args[i + 1]
+        for f in flags:
+            if f.startswith("--") and a.startswith(f + "="):
+                return i, a.split("=", 1)[1]
+    if "serve" in args:
+        i = args.index("serve") + 1
+        if i < len(args) and not args[i].startswith("-"):
+            return i, args[i]
     return None
+
+
+def model_args(argv: list[str], flags: Sequence[str] | None = None) -> str | None:
+    """The model an engine's argv serves, by the engine's model flags (the catalog's model_flags);
+    without them, vLLM's --model, or llama.cpp's -m / --model for a llama.cpp binary only
+    (`python -m` names a module)."""
+    if flags is None:
+        flags = ("-m", "--model") if argv and Path(argv[0]).name.startswith("llama-") else ("--model",)
+    found = model_position(argv, flags)
+    return found[1] if found else None
 
 
 def weights_path(model: str) -> Path | None:

@@ -16,7 +16,9 @@ def served_structure(snapshot, deployment=None) -> tuple[ModelStructure | None, 
     """(structure, None), or (None, why it is not known)."""
     candidates: list[str] = []
     if deployment is not None and deployment.local is not None:
-        found = model_args([*deployment.local.command, *deployment.local.args])
+        from advisor.knobs import model_flags
+
+        found = model_args([*deployment.local.command, *deployment.local.args], model_flags(deployment.engine))
         if found:
             candidates.append(found)
     # A root is a path on the engine's host: this host's file of that name is the model only when

@@ -85,6 +85,9 @@ def test_the_model_an_argv_serves():
     assert model_args(["--model=/x"]) == "/x" and model_args(["--port", "1"]) is None
     assert model_args(["/opt/llama.cpp/bin/llama-server", "-m", "/m.gguf", "--port", "1"]) == "/m.gguf"
     assert model_args(["python", "-m", "vllm.entrypoints.openai.api_server"]) is None, "a module, not a model"
+    # With the engine's own model flags (the catalog's), as a deployment spec's argv is read.
+    sglang = ["python", "-m", "sglang.launch_server", "--model-path", "/s", "--port", "1"]
+    assert model_args(sglang) is None and model_args(sglang, ("--model-path", "--model")) == "/s"
 
 
 def test_falcons_new_decoder_and_chatglms_groups_are_not_mqa():
