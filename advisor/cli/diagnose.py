@@ -49,6 +49,7 @@ def diagnose(
     save: Annotated[bool, typer.Option("--save", help="Record this diagnosis in the store (ADVISOR_DB_URL, default SQLite in the data dir) for the dashboard and weekly report.")] = False,
     deployment: Annotated[Optional[Path], typer.Option("--deployment", help="Deployment YAML of the diagnosed target: needed by --experiment, and its flags are the configuration the checks consider.")] = None,
     experiments: Annotated[int, typer.Option("--experiment", min=0, help="Run A/B experiments for the top N testable checks and put their verdicts into the diagnosis (needs --deployment).")] = 0,
+    workload_file: Annotated[Optional[Path], typer.Option("--workload", help="Workload YAML that every experiment replays, instead of the traffic shape read from Prometheus (which cannot show, say, shared prefixes while prefix caching is off). Needs --experiment.")] = None,
     price_per_hour: PricePerHour = None,
 ) -> None:
     """Recognise the deployment's symptoms and rank the checks the optimisation map prescribes.
@@ -67,6 +68,8 @@ def diagnose(
         # Every input is checked before the target is read.
         if experiments and not deployment:
             raise UsageProblem("--experiment needs --deployment (how to launch the candidate)")
+        if workload_file and not experiments:
+            raise UsageProblem("--workload is what the experiments replay: it needs --experiment N")
         if out_file is not None and output is ReportFormat.text:
             raise UsageProblem("--out writes --output json, markdown or html; text is for the terminal")
         dep = None
@@ -74,6 +77,11 @@ def diagnose(
             from advisor.experiments.deployment import load_deployment
 
             dep = load_deployment(deployment)
+        workload = None
+        if workload_file:
+            from advisor.workload.spec import load_workload
+
+            workload = load_workload(workload_file)
         from advisor.cost import diagnosis_cost, price_for
 
         price = price_for(price_per_hour, (dep.cost if dep else None, f"deployment spec {deployment}"))
@@ -101,7 +109,7 @@ def diagnose(
         if experiments:
             from advisor.experiments.checks import verify_top_checks
 
-            verify_top_checks(result, dep, experiments, price=price,
+            verify_top_checks(result, dep, experiments, price=price, workload=workload,
                               say=lambda m: err.print(f"[dim]{escape.markup(m)}[/]", highlight=False))
         document = None
         if save:

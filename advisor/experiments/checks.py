@@ -25,17 +25,32 @@ def _replay_workload(diag: Diagnosis, say):
     return w.model_copy(update={"requests": BLOCK_REQUESTS, "duration_s": None})
 
 
-def verify_top_checks(diag: Diagnosis, dep, n: int, say, price=None) -> None:
+def _unseen_by_replay(mechanism: str, workload) -> str | None:
+    """Why the replay from Prometheus cannot test this mechanism, where it cannot: what the
+    mechanism acts on is invisible in the telemetry while the baseline runs without it."""
+    if mechanism == "prefix_caching" and workload is not None and workload.prefix is None:
+        return ("the replay from Prometheus carries no shared prefixes: with prefix caching off the engine "
+                "counts no prefix hits, so how the prompts share prefixes cannot be read from its metrics "
+                "(and a replay without them would test only the cost of turning it on); give the traffic's "
+                "shape with --workload (a spec with prefix:) to test it")
+    return None
+
+
+def verify_top_checks(diag: Diagnosis, dep, n: int, say, price=None, workload=None) -> None:
     """Runs the experiments of the top n checks that can be tested here (not held back, not already
     in the candidate state, supported by the engine); the others get the reason in `verdict`.
-    An interrupt ends the loop after that experiment's restore; its result so far is kept."""
+    `workload`: the traffic every experiment replays, as the user declared it; else the shape read
+    from Prometheus. An interrupt ends the loop after that experiment's restore; its result so far
+    is kept."""
     from advisor.errors import AdvisorError
     from advisor.experiments import session
     from advisor.experiments.engine_state import EngineState
     from advisor.experiments.result import CheckSkip, CheckVerdict
     from advisor.experiments.setup import design
 
-    workload = _replay_workload(diag, say)
+    replayed = workload is None
+    if replayed:
+        workload = _replay_workload(diag, say)
     state = EngineState.from_info(diag.engine) if diag.engine else None
     try:
         cal = session.stored_calibration(dep)
@@ -60,6 +75,10 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say, price=None) -> None:
             continue
         if check.held_back or check.already:
             check.verdict = CheckSkip(skipped="held back" if check.held_back else "already in the candidate state")
+            continue
+        unseen = _unseen_by_replay(check.mechanism, workload) if replayed else None
+        if unseen:
+            check.verdict = CheckSkip(skipped=unseen)
             continue
         try:
             # blocks planned from the target's A/A calibration; requests per block from the workload

@@ -79,3 +79,59 @@ def test_checks_get_typed_skips_with_their_reason(tmp_path):
     verify_top_checks(d, load_deployment(_dep(tmp_path)), 3, said.append)
     assert d.checks and all(isinstance(c.verdict, CheckSkip) and c.verdict.skipped == "held back" for c in d.checks)
     assert not said
+
+
+def _prefix_check_first(d):
+    d.checks.sort(key=lambda c: c.mechanism != "prefix_caching")
+    for c in d.checks:
+        c.held_back, c.already = False, None
+    d.checks[0].direction = "on"
+    return d
+
+
+def test_a_replay_that_cannot_show_shared_prefixes_does_not_test_prefix_caching(tmp_path, monkeypatch):
+    """Prefix caching off: the engine counts no prefix hits, so the replay from Prometheus has no shared
+    prefixes; testing it on that replay would only measure the cost of turning it on. A declared
+    workload (diagnose --workload) is run instead."""
+    from advisor.errors import AdvisorError
+    from advisor.experiments import checks, setup
+    from advisor.experiments.deployment import load_deployment
+    from advisor.experiments.result import CheckSkip
+    from advisor.workload.spec import Workload
+    from tests.unit.test_reports import diagnosis
+
+    d = _prefix_check_first(diagnosis(False))
+    d.checks[0].mechanism = "prefix_caching"
+    spec = {"name": "w", "requests": 8, "arrival": {"kind": "concurrency", "concurrency": 4},
+            "buckets": [{"prompt_tokens": 100, "output_tokens": 8}]}
+    plain = Workload.model_validate(spec)
+    shared = Workload.model_validate({**spec, "prefix": {"groups": 1, "tokens": 50, "share": 1.0}})
+    monkeypatch.setattr(checks, "_replay_workload", lambda diag, say: plain)
+    designed = []
+
+    def fake_design(dep, mechanism, value, workload, **kw):
+        designed.append((mechanism, workload.prefix))
+        raise AdvisorError("stop here")
+
+    monkeypatch.setattr(setup, "design", fake_design)
+    dep = load_deployment(_dep(tmp_path))
+    checks.verify_top_checks(d, dep, 1, lambda m: None)
+    skip = d.checks[0].verdict
+    assert isinstance(skip, CheckSkip) and "no shared prefixes" in skip.skipped and "--workload" in skip.skipped
+    assert ("prefix_caching", None) not in designed
+
+    d = _prefix_check_first(diagnosis(False))
+    d.checks[0].mechanism = "prefix_caching"
+    designed.clear()
+    checks.verify_top_checks(d, dep, 1, lambda m: None, workload=shared)
+    assert designed[0] == ("prefix_caching", shared.prefix), "the declared workload, shared prefixes and all"
+
+
+def test_diagnose_workload_needs_an_experiment_and_a_valid_file(tmp_path):
+    bad = tmp_path / "w.yaml"
+    bad.write_text("name: w\nrequests: 0\narrival: {kind: concurrency, concurrency: 2}\nbuckets: [{prompt_tokens: 10, output_tokens: 2}]\n")
+    assert_one_line_error(run_cli("diagnose", "--url", "http://127.0.0.1:9", "--workload", str(bad),
+                                  data_dir=tmp_path / "data"), contains="--workload")
+    assert_one_line_error(run_cli("diagnose", "--url", "http://127.0.0.1:9", "--deployment", str(_dep(tmp_path)),
+                                  "--experiment", "1", "--workload", str(bad), data_dir=tmp_path / "data"),
+                          contains="requests")
