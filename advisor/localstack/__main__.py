@@ -3,12 +3,15 @@ and the top check proved by an A/B experiment.
 
     python -m advisor.localstack [--window 60] [--concurrency 8] [--no-experiment] ...
 
-Starts the CPU vLLM engine with --max-num-seqs 2 and a Prometheus scraping it every 2 s, drives
-more concurrent requests than the engine admits so that a queue forms, waits until Prometheus
-holds a full window of that load, stops the load, and runs `advisor diagnose --experiment N`
-(--experiments N, default 1) against it: the diagnosis, and the top checks' experiments against
-the real engine (each candidate on a second port, the baseline left serving). Progress goes to
-stderr ("[local] ..."); the report goes to stdout. Both servers stop on exit or Ctrl-C.
+Starts the CPU vLLM engine with two misconfigurations, --max-num-seqs 2 and prefix caching off
+although every prompt starts with the same long system prompt, and a Prometheus scraping it every
+2 s; drives more concurrent requests than the engine admits so that a queue forms, waits until
+Prometheus holds a full window of that load, stops the load, and runs `advisor diagnose
+--experiment N` (--experiments N, default 1) against it: the diagnosis, and the top checks'
+experiments against the real engine (each candidate on a second port, the baseline left serving),
+each replaying the traffic driven here (declared with --workload: the shared system prompt cannot be
+read from the metrics while prefix caching is off). Progress goes to stderr ("[local] ..."); the
+report goes to stdout. Both servers stop on exit or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -42,11 +45,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, default=2, help="engine admission limit (default 2)")
     p.add_argument("--requests", type=int, default=24, help="requests per traffic round (default 24)")
     p.add_argument("--concurrency", type=int, default=24, help="requests in flight (default 24)")
-    # Short prompts, long answers: the queue behind --max-num-seqs is then decode time, which a wider
-    # batch shares for almost nothing even on a CPU, so the top check's experiment is decisive at its
-    # first look. With 800-word prompts the CPU's prefill is the bottleneck: 8 slots instead of 2
-    # barely moved the TTFT p95 (look 1: ratio 0.75, 99.9 % CI [0.18, 3.1]; 2026-12-01, 2-core EPYC).
-    p.add_argument("--prompt-words", type=int, default=64, help="prompt length in words (default 64)")
+    # Long prompts that share a system prompt, long answers: the queue behind --max-num-seqs is then
+    # both decode time (which a wider batch shares) and prefill time (which prefix caching saves), so
+    # two checks have a real effect to find. Measured on a 2-core EPYC, 24 in flight, TTFT p95 of
+    # 48-request rounds: 21 s at 2 slots without caching, 14-15 s with caching, 15-16 s at 8 slots.
+    # With 64-word prompts 8 slots were decisive at once (ratio 0.03) but caching changed nothing
+    # (11-14 s either way): prefill was too small a share of TTFT (2026-12-02).
+    p.add_argument("--prompt-words", type=int, default=512, help="prompt length in words (default 512)")
+    p.add_argument("--system-prompt-words", type=int, default=480,
+                   help="leading words every prompt of a round shares, as a system prompt (default 480)")
+    p.add_argument("--prefix-caching", action="store_true",
+                   help="start the engine with prefix caching on (default off: the demo's second misconfiguration)")
     p.add_argument("--max-tokens", type=int, default=128, help="output tokens per request (default 128)")
     p.add_argument("--no-experiment", action="store_true", help="diagnose only; skip the A/B experiment")
     p.add_argument("--experiments", type=int, default=1, metavar="N",
@@ -58,6 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.experiments < 1:
         p.error("--experiments: at least 1 (--no-experiment diagnoses only)")
+    if not 0 <= args.system_prompt_words < args.prompt_words:
+        p.error("--system-prompt-words: from 0 to less than --prompt-words")
     return args
 
 
@@ -67,7 +78,7 @@ def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline:
     while not stop.is_set() and time.monotonic() < deadline:
         r = drive_sync(
             url, requests=args.requests, concurrency=args.concurrency, prompt_words=args.prompt_words,
-            max_tokens=args.max_tokens, seed=seed, total_timeout=max(1.0, deadline - time.monotonic()),
+            shared_prefix_words=args.system_prompt_words, max_tokens=args.max_tokens, seed=seed, total_timeout=max(1.0, deadline - time.monotonic()),
         )
         # A new seed per round: repeated prompts would hit the prefix cache and hide the queue.
         seed += 1
@@ -78,10 +89,26 @@ def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline:
         totals.first_error = totals.first_error or r.first_error
 
 
-def run_diagnosis(prom_url: str, window: int, deployment: Path | None, experiments: int = 1) -> int:
+def write_workload(args: argparse.Namespace, path: Path) -> Path:
+    """The traffic driven here as a workload spec (one word of the tiny model is one token)."""
+    import yaml
+
+    spec = {"name": "local-demo", "source": "the traffic python -m advisor.localstack drives",
+            "requests": args.requests, "arrival": {"kind": "concurrency", "concurrency": args.concurrency},
+            "buckets": [{"prompt_tokens": args.prompt_words, "output_tokens": args.max_tokens}]}
+    if args.system_prompt_words:
+        spec["prefix"] = {"groups": 1, "tokens": args.system_prompt_words, "share": 1.0}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def run_diagnosis(prom_url: str, window: int, deployment: Path | None, experiments: int = 1,
+                  workload: Path | None = None) -> int:
     cmd = [sys.executable, "-m", "advisor.cli", "diagnose", "--prom-url", prom_url, "--window", f"{window}s"]
     if deployment:
         cmd += ["--deployment", str(deployment)] + (["--experiment", str(experiments)] if experiments else [])
+        if experiments and workload:
+            cmd += ["--workload", str(workload)]
     log("running: advisor " + " ".join(cmd[3:]))
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     limit = 1500 + 900 * max(0, experiments - 1)
@@ -139,12 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     # systemd, CI and `timeout` stop us with SIGTERM: unwind through the finally below like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.monotonic()
-    engine = LocalEngine(max_num_seqs=args.max_num_seqs)
+    engine = LocalEngine(max_num_seqs=args.max_num_seqs,
+                         extra_args=[] if args.prefix_caching else ["--no-enable-prefix-caching"])
     prom: LocalPrometheus | None = None
     stop = threading.Event()
     totals = DriveResult(requests=0)
     try:
-        log(f"starting vLLM (tiny-llama, --max-num-seqs {args.max_num_seqs}) on {engine.url}; log: {engine.log_dir}")
+        log(f"starting vLLM (tiny-llama, --max-num-seqs {args.max_num_seqs}, prefix caching "
+            f"{'on' if args.prefix_caching else 'off'}) on {engine.url}; log: {engine.log_dir}")
         engine.start().wait_healthy()
         log(f"engine healthy after {engine.healthy_after_s:.0f} s"
             + (f"; {engine.placement}" if engine.placement else ""))
@@ -155,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         hold = args.window + 2 * SCRAPE_S
         log(
             f"driving load: rounds of {args.requests} requests, {args.concurrency} in flight, "
-            f"{args.prompt_words}-word prompts, {args.max_tokens} output tokens; probing in {hold} s"
+            f"{args.prompt_words}-word prompts ({args.system_prompt_words} of them a shared system prompt), "
+            f"{args.max_tokens} output tokens; probing in {hold} s"
         )
         worker = threading.Thread(
             target=traffic, args=(engine.url, args, stop, time.monotonic() + hold + 330, totals), daemon=True
@@ -171,9 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.serve is not None:
             return serve_dashboard(engine, prom, args)
         # The spec also tells the diagnosis which model folder the engine serves (its structure).
-        deployment = write_deployment(engine, Path(tempfile.mkdtemp(prefix="advisor-local-")) / "deployment.yaml")
-        log(f"deployment spec: {deployment}")
-        rc = run_diagnosis(prom.url, args.window, deployment, experiments=0 if args.no_experiment else args.experiments)
+        home = Path(tempfile.mkdtemp(prefix="advisor-local-"))
+        deployment = write_deployment(engine, home / "deployment.yaml")
+        workload = write_workload(args, home / "workload.yaml")
+        log(f"deployment spec: {deployment}; the traffic driven here: {workload}")
+        rc = run_diagnosis(prom.url, args.window, deployment, experiments=0 if args.no_experiment else args.experiments,
+                           workload=workload)
         log(f"load: {totals.ok} ok, {totals.errors} errors of {totals.requests} requests")
         if totals.first_error:
             log(f"first load error: {totals.first_error}")
