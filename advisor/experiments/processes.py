@@ -4,6 +4,12 @@ recorded, and only while the live process at that pid is still the recorded one.
 A process is recorded by pid, create time and command line. A pid alone is not an identity: after
 the process exits the kernel hands the number to someone else, so every signal is preceded by a
 check that the process now at that pid has the recorded create time and command line.
+
+A create time in wall-clock seconds moves when the clock is stepped (NTP, a VM resumed): psutil
+adds the boot time, which the kernel recomputes from the clock, to the ticks since boot. So the
+boot time read with it is recorded too, and a process whose time since boot is unchanged is the
+same process (a live candidate was once taken for a stranger after a one-second step, and left
+running).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class ProcessRecord:
     pid: int
     create_time: float
     cmdline: tuple[str, ...]
+    boot_time: float | None = None  # read with create_time; None from a journal of an older advisor
 
     @classmethod
     def of(cls, pid: int) -> ProcessRecord | None:
@@ -39,7 +46,7 @@ class ProcessRecord:
                     break
                 time.sleep(0.01)
                 cmdline = p.cmdline()
-            return cls(pid, p.create_time(), tuple(cmdline))
+            return cls(pid, p.create_time(), tuple(cmdline), psutil.boot_time())
         except (psutil.Error, OSError):
             return None
 
@@ -47,12 +54,15 @@ class ProcessRecord:
     def from_entry(cls, entry: dict) -> ProcessRecord | None:
         """From a journal entry; None when the entry lacks an identity (a journal from an older advisor)."""
         try:
-            return cls(int(entry["pid"]), float(entry["create_time"]), tuple(str(a) for a in entry["cmdline"]))
+            boot = entry.get("boot_time")
+            return cls(int(entry["pid"]), float(entry["create_time"]), tuple(str(a) for a in entry["cmdline"]),
+                       None if boot is None else float(boot))
         except (KeyError, TypeError, ValueError):
             return None
 
     def entry(self) -> dict:
-        return {"pid": self.pid, "create_time": self.create_time, "cmdline": list(self.cmdline)}
+        return {"pid": self.pid, "create_time": self.create_time, "cmdline": list(self.cmdline),
+                "boot_time": self.boot_time}
 
     @property
     def command(self) -> str:
@@ -70,19 +80,26 @@ class ProcessRecord:
             p = psutil.Process(self.pid)
             with p.oneshot():
                 created, cmdline, status = p.create_time(), tuple(p.cmdline()), p.status()
+            boot = psutil.boot_time()
         except psutil.NoSuchProcess:
             return None, "it has exited"
         except (psutil.Error, OSError) as e:
             return None, f"it cannot be inspected ({type(e).__name__})"
         if status == psutil.STATUS_ZOMBIE:
             return None, "it has exited"
-        if abs(created - self.create_time) > CREATE_TIME_SLACK_S:
+        if not self._same_start(created, boot):
             return None, (f"pid {self.pid} now belongs to another process, started later "
                           f"({ProcessRecord(self.pid, created, cmdline).command})")
         if cmdline != self.cmdline:
             return None, (f"the process at pid {self.pid} runs another command "
                           f"({ProcessRecord(self.pid, created, cmdline).command})")
         return p, ""
+
+    def _same_start(self, created: float, boot: float) -> bool:
+        if abs(created - self.create_time) <= CREATE_TIME_SLACK_S:
+            return True
+        return (self.boot_time is not None
+                and abs((created - boot) - (self.create_time - self.boot_time)) <= CREATE_TIME_SLACK_S)
 
     def alive(self) -> bool:
         return self.check()[0] is not None

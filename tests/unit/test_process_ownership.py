@@ -215,6 +215,21 @@ def test_recover_leaves_a_reused_pid_alone(tmp_path, change):
         assert j.pending() is None
 
 
+def test_a_clock_step_does_not_make_a_live_process_a_stranger(monkeypatch):
+    """psutil's create time is boot time (recomputed by the kernel from the wall clock) plus ticks
+    since boot: a one-second step of the clock moves it. The recorded process is still ours, and
+    the step survives the journal's round trip; a start that differs since boot still does not match."""
+    import psutil
+    with process([sys.executable, "-c", "import time; time.sleep(120)"]) as ours:
+        live = ProcessRecord.of(ours.pid)
+        real = psutil._psplatform.boot_time
+        monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: real() + 1.0)
+        assert abs(psutil.Process(ours.pid).create_time() - live.create_time) >= 0.99  # the step is seen
+        assert ProcessRecord.from_entry(json.loads(json.dumps(live.entry()))).alive()
+        assert ProcessRecord(live.pid, live.create_time - 0.5, live.cmdline, live.boot_time).check()[0] is None
+        assert not ProcessRecord(live.pid, live.create_time, live.cmdline).alive()  # an older journal: no boot time
+
+
 def test_recover_stops_a_process_it_journalled_and_can_verify(tmp_path):
     port = free_port()
     dep = dep_file(tmp_path, port)
