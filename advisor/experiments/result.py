@@ -226,6 +226,8 @@ class CheckVerdict(BaseModel):
     stop_reason: str | None = None
     level: float | None = Field(default=None, description="confidence level of `ci` (the last look's)")
     cost: ExperimentCost | None = None
+    server: list[ServerRow] = Field(default=[], description="server readouts per arm, as the experiment has them")
+    server_notes: list[str] = []
 
     @classmethod
     def of(cls, r: ExperimentResult) -> CheckVerdict:
@@ -233,7 +235,8 @@ class CheckVerdict(BaseModel):
                    experiment=r.id, status=r.status, reason=r.reason, fails_means=r.fails_means,
                    workload=(r.manifest.get("workload") or {}).get("source"), baseline_restored=r.baseline_restored,
                    manifest=r.manifest, metrics=r.metrics, looks=r.looks, stop_reason=r.stop_reason,
-                   level=r.metrics[0].level if r.metrics else None, cost=r.cost)
+                   level=r.metrics[0].level if r.metrics else None, cost=r.cost, server=r.server,
+                   server_notes=r.server_notes)
 
 
 class CheckSkip(BaseModel):

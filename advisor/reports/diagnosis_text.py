@@ -49,6 +49,7 @@ def render(d: Diagnosis, console: Console) -> None:
             t.add_row(str(c.rank), f"{_e(c.title)}{flags}\n[dim]{_e(c.rule_id)}/{_e(c.check_id)}; look at {_e(c.look_at)}[/]",
                       _e(c.mechanism) + (f" {_e(c.direction)}" if c.direction else ""), c.score, f"[dim]{_e(c.reason)}[/]")
         console.print(t)
+        by_id = {x.key: x for x in v.experiments}
         for c in v.checks:
             if c.outcome is not None:
                 o = c.outcome
@@ -63,6 +64,9 @@ def render(d: Diagnosis, console: Console) -> None:
                                      if o.looks else "") + "[/]", highlight=False)
                 if o.workload:
                     console.print(f"  [dim]workload: {_e(o.workload)}[/]", highlight=False)
+                x = by_id.get(o.experiment)
+                if x is not None:
+                    _per_arm(x, console)
                 if o.why:
                     console.print(f"  [dim]why: {_e(o.why)}[/]", highlight=False)
                 if o.fails_means:
@@ -77,3 +81,18 @@ def render(d: Diagnosis, console: Console) -> None:
             console.print(f"[dim]  {_e(rule)}: {_e(why)}[/]", highlight=False)
     for p in v.problems:
         console.print(f"[yellow]note:[/] {_e(p)}", highlight=False)
+
+
+def _per_arm(x, console: Console) -> None:
+    """The experiment's readouts per arm, client then server, one line each: enough to see why the
+    verdict went the way it did; `advisor report <id>` has the blocks and the looks."""
+    if x.metrics:
+        console.print("  client, baseline -> candidate: " + "; ".join(
+            f"{_e(m.name)} {_e(m.baseline)} -> {_e(m.candidate)} ({_e(m.ratio)}, {_e(m.verdict)})" for m in x.metrics),
+            highlight=False)
+    if x.server:
+        console.print("  server, baseline -> candidate: " + "; ".join(
+            f"{_e(r.signal)}{'*' if r.watched else ''} {_e(r.baseline)} -> {_e(r.candidate)}" for r in x.server)
+            + "  [dim](* watched by this knob)[/]", highlight=False)
+    for note in x.server_notes:
+        console.print(f"  [yellow]server:[/] {_e(note)}", highlight=False)

@@ -16,6 +16,7 @@ from markupsafe import Markup
 from advisor import escape
 from advisor.cost import cost_text
 from advisor.diagnosis.model import Diagnosis
+from advisor.experiments import readouts
 from advisor.experiments.result import CheckSkip, CheckVerdict, ExperimentResult, MetricResult
 from advisor.reports import charts
 
@@ -148,8 +149,12 @@ class ExperimentView:
 def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
     rows = []
     for i, m in enumerate(metrics):
-        def fmt(v):
-            return "-" if v is None else f"{v:.4g}"
+        def fmt(v, m=m):
+            if v is None:
+                return "-"
+            if not readouts.is_block_readout(m.metric, m.statistic):
+                return _seconds(v)  # every per-request readout is a latency
+            return f"{v:.4g}/s" if m.statistic == "per_s" else f"{v:.4g}"
         rows.append(MetricRow(f"{m.metric} {m.statistic}", "primary" if i == 0 else "secondary", fmt(m.baseline_value),
                               fmt(m.candidate_value), ratio_text(m.ratio), ci_text(m.ci), level_text(m.level),
                               m.verdict, m.reason, "-" if m.adjusted_p is None else f"{m.adjusted_p:.3g}", m.method))
@@ -433,7 +438,8 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
                                      value=v.value, status=v.status, verdict=v.verdict, primary_metric=v.primary_metric,
                                      ratio=v.ratio, ci=v.ci, reason=v.reason, metrics=v.metrics, looks=v.looks,
                                      stop_reason=v.stop_reason, baseline_restored=v.baseline_restored,
-                                     fails_means=v.fails_means, manifest=v.manifest)
+                                     fails_means=v.fails_means, manifest=v.manifest, server=v.server,
+                                     server_notes=v.server_notes)
                 experiments.append(experiment_view(r, charts_on=charts_on))
     status = "healthy: no rule fired" if not d.findings else d.summary
     return DiagnosisView(

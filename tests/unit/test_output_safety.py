@@ -71,7 +71,7 @@ def hostile_diagnosis(s: str):
     d.findings[0].evidence[0].source = s
     d.checks[0].verdict = CheckVerdict(verdict="improved", primary_metric=s, ratio=0.5, ci=(0.4, 0.6), value=s,
                                        experiment=s, status=s, baseline_restored=True, fails_means=s, workload=s,
-                                       reason=s)
+                                       reason=s, server_notes=[s])
     d.checks[1].verdict = CheckSkip(skipped=s)
     d.checks[2].reason = s
     return d

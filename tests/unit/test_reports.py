@@ -139,3 +139,29 @@ def test_a_bad_price_is_refused_before_the_target_is_read():
 
     r = run_cli("diagnose", "--prom-url", "http://127.0.0.1:9", "--price-per-hour", "cheap")
     assert_one_line_error(r, contains="--price-per-hour 'cheap': expected a positive number")
+
+
+def test_each_experiment_shows_client_and_server_readouts_per_arm_in_text_and_markdown():
+    from advisor.experiments.result import MetricResult, ServerRow
+
+    primary = MetricResult(metric="ttft", statistic="p95", lower_is_better=True, baseline_value=20.9,
+                           candidate_value=12.9, ratio=0.70, ci=(0.6, 0.82), level=0.997, p_value=0.001,
+                           adjusted_p=0.001, verdict="improved", method="block bootstrap", n_blocks=(4, 4),
+                           n_samples=(268, 268), margin=0.05, reason="")
+    d = diagnosis(True)
+    d.checks[0].verdict = d.checks[0].verdict.model_copy(update={
+        "metrics": [primary],
+        "server": [ServerRow(signal="requests_running_avg", baseline=2.0, candidate=7.9, watched=True),
+                   ServerRow(signal="prefix_cache_hit_rate", baseline=None, candidate=0.81, watched=False)],
+        "server_notes": ["outside traffic on the baseline: 12 requests the advisor did not send"]})
+    buf = io.StringIO()
+    render_text(d, Console(file=buf, width=400))
+    text = buf.getvalue()
+    assert "client, baseline -> candidate: ttft p95 20.9 s -> 12.9 s (0.70, improved)" in text, text
+    assert "server, baseline -> candidate: requests_running_avg* 2 -> 7.9; prefix_cache_hit_rate - -> 0.81" in text
+    assert "outside traffic on the baseline: 12 requests" in text
+    md = markdown_diagnosis(d)
+    assert "## Experiment exp-1: max_num_seqs -> 8" in md
+    assert "| ttft p95 | 20.9 s | 12.9 s | 0.70 |" in md, md
+    assert "| `requests_running_avg` \\* | 2 | 7.9 | x3.95 |" in md
+    assert "> outside traffic on the baseline: 12 requests the advisor did not send" in md
