@@ -172,14 +172,28 @@ def _title(mechanism: str, value: str) -> str:
     return "A/A (baseline against itself)" if mechanism == "aa" else f"{mechanism} -> {value}"
 
 
+# Units a server value is unreadable without (19.7 could be seconds or a count; 0.0012 a share);
+# a count or a rate already names its unit in the signal's name.
+_SHOWN_UNITS = ("s", "ratio", "percent", "bytes")
+
+
 def _server_rows(r: ExperimentResult) -> list[ServerRowView]:
     from advisor.experiments.engine_readouts import fmt
+    from advisor.units import fmt as with_unit
+    from probes.catalog import signal_unit
 
     def change(b: float | None, c: float | None) -> str:
         return "-" if b is None or c is None or b == 0 else f"x{c / b:.3g}"
 
-    return [ServerRowView(x.signal, fmt(x.baseline), fmt(x.candidate), change(x.baseline, x.candidate), x.watched)
-            for x in r.server]
+    def shown(signal: str, v: float | None) -> str:
+        try:
+            unit = signal_unit(signal)
+        except KeyError:
+            unit = None
+        return with_unit(v, unit) if unit in _SHOWN_UNITS and v is not None else fmt(v)
+
+    return [ServerRowView(x.signal, shown(x.signal, x.baseline), shown(x.signal, x.candidate),
+                          change(x.baseline, x.candidate), x.watched) for x in r.server]
 
 
 def _bucket_rows(r: ExperimentResult) -> list[BucketRow]:

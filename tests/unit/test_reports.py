@@ -158,7 +158,7 @@ def test_each_experiment_shows_client_and_server_readouts_per_arm_in_text_and_ma
     render_text(d, Console(file=buf, width=400))
     text = buf.getvalue()
     assert "client, baseline -> candidate: ttft p95 20.9 s -> 12.9 s (0.70, improved)" in text, text
-    assert "server, baseline -> candidate: requests_running_avg* 2 -> 7.9; prefix_cache_hit_rate - -> 0.81" in text
+    assert "server, baseline -> candidate: requests_running_avg* 2 -> 7.9; prefix_cache_hit_rate - -> 81.0 %" in text
     assert "outside traffic on the baseline: 12 requests" in text
     md = markdown_diagnosis(d)
     assert "## Experiment exp-1: max_num_seqs -> 8" in md
