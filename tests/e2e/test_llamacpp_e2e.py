@@ -145,8 +145,9 @@ def test_one_replica_against_two_with_the_advisor_s_client_spreading_the_request
     """replicas 1 -> 2 (the candidate derived from the spec's count): two llama-server processes of one
     thread and one slot each, on a 2-core host, against the one found serving; 8 requests in flight
     queue for the single slot, and the second replica takes half the queue. llama-server starts in
-    two seconds, a vLLM replica in forty: the vLLM replicas run in the README's local deployment
-    (advisor diagnose --experiment 3), each on its own core (tests/unit/test_launchers.py)."""
+    two seconds, a vLLM replica in forty. vLLM CPU replicas need a worker core and a spare core each
+    (4 for two): on a 2-core host they are refused before anything starts, with that reason
+    (tests/unit/test_launchers.py), as `scripts/run-local.sh --experiments 3` shows."""
     import yaml
 
     from advisor.experiments.launchers import healthy
