@@ -1,5 +1,5 @@
 """Whether this host has room for N+1 engine replicas beside what it runs (the replicas knob with the
-local launcher), and if not, what is missing, in one line.
+local launcher, and an engine's own data parallelism), and if not, what is missing, in one line.
 
 Cores: the candidate's N+1 replicas serve at once, so each needs its own cores, as many as the
 baseline's engine has; engines that bind their threads to fixed cores would put every replica on the
@@ -30,6 +30,7 @@ class Host:
     cores: int
     available_bytes: int
     gpus: int = 0
+    numa_nodes: int = 1
 
     @classmethod
     def this(cls) -> Host:
@@ -37,7 +38,45 @@ class Host:
 
         gpus = read_gpus(nvlink_sample_s=0.0)
         return cls(cores=len(os.sched_getaffinity(0)), available_bytes=psutil.virtual_memory().available,
-                   gpus=len(gpus.devices) if gpus.available else 0)
+                   gpus=len(gpus.devices) if gpus.available else 0, numa_nodes=_numa_nodes())
+
+
+def _numa_nodes() -> int:
+    """NUMA nodes with CPUs (Linux sysfs); 1 where the kernel does not say."""
+    root = "/sys/devices/system/node"
+    try:
+        nodes = [n for n in os.listdir(root) if n.startswith("node") and n[4:].isdigit()]
+    except OSError:
+        return 1
+    with_cpus = 0
+    for n in nodes:
+        try:
+            with open(f"{root}/{n}/cpulist") as f:
+                with_cpus += bool(f.read().strip())
+        except OSError:
+            continue
+    return max(1, with_cpus)
+
+
+def data_parallel_refusal(engine: str, platform: str | None, size: int, tensor_parallel: int,
+                          host: Host) -> str | None:
+    """Why an engine's own data parallelism of `size` ranks does not fit this host, or None.
+    A GPU host needs size x tensor_parallel GPUs. vLLM's CPU build gives each data-parallel rank its
+    own NUMA node(s) (vllm/utils/ompmultiprocessing.py: the rank's threads bind within the memory
+    nodes sliced for its DP offset, and it asserts there are enough): read from the source only."""
+    if size <= 1:
+        return None
+    if host.gpus:
+        need = size * tensor_parallel
+        if need > host.gpus:
+            return (f"data_parallel {size} x tensor_parallel {tensor_parallel} needs {need} GPUs; this host has "
+                    f"{host.gpus}")
+        return None
+    if engine == "vllm" and platform == "cpu" and size > host.numa_nodes:
+        return (f"vLLM's CPU build gives each data-parallel rank its own NUMA node "
+                f"(vllm/utils/ompmultiprocessing.py): {size} ranks need {size}; this host has {host.numa_nodes}. "
+                "The replicas knob tests the same capacity with engine processes on their own cores")
+    return None
 
 
 @dataclass(frozen=True)

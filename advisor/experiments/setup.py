@@ -196,6 +196,17 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
                             if knob and dep.local and knob.engine(dep.engine).kind == "deployment" else {}))
 
 
+def _refuse_no_room_for_ranks(dep: Deployment, size: int, cand_args: list[str], state: EngineState | None) -> None:
+    from advisor.experiments import room
+
+    tp = knobs.current_value(cand_args, "tensor_parallel", dep.engine) if knobs.supported(
+        "tensor_parallel", dep.engine) else None
+    why = room.data_parallel_refusal(dep.engine, state.platform if state else None, size, int(tp or 1),
+                                     room.Host.this())
+    if why:
+        raise DesignError(f"no room on this host for data_parallel {size}: {why}")
+
+
 def _aa_secondaries(primary: tuple[str, str]) -> list[tuple[str, str]]:
     """An A/A run reads every headline readout: any verdict of difference among them is a false one."""
     wanted = [("ttft", "p95"), ("tpot", "p50"), ("e2e", "p95"), ("output_tokens", "per_s")]
@@ -253,6 +264,8 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
                                                              state.version, argv_known=local,
                                                              platform=state.platform))
     cand_args, cand_env = knobs.apply(base_args, mechanism, dep.engine, value)
+    if mechanism == "data_parallel" and local:
+        _refuse_no_room_for_ranks(dep, int(value), cand_args, state)
     if dep.launcher == "local" and cand_args == base_args and not cand_env:
         raise DesignError(f"{mechanism}={value!r} is what the baseline already runs: nothing to compare")
     return value, base_args, cand_args, cand_env, state, {}

@@ -327,3 +327,27 @@ def test_cli_dry_run_shows_the_direction_and_the_fresh_seed(tmp_path):
     assert "--enforce-eager" not in out["candidate_argv"] and "--enforce-eager" in out["baseline_argv"]
     assert any("direction off" in line for line in out["plan"])
     assert any("(fresh for this experiment)" in line for line in out["plan"])
+
+
+# -- room for an engine's own data parallelism ----------------------------------------------------
+
+def test_data_parallel_ranks_need_numa_nodes_on_vllm_cpu_and_gpus_on_a_gpu_host(monkeypatch):
+    from advisor.experiments import room
+
+    one_node = room.Host(cores=2, available_bytes=2**34, numa_nodes=1)
+    monkeypatch.setattr(room.Host, "this", classmethod(lambda cls: one_node))
+    cpu = EngineState(version="0.32.0", platform="cpu")
+    with pytest.raises(DesignError, match=r"no room on this host for data_parallel 2: vLLM's CPU build gives each "
+                                          r"data-parallel rank its own NUMA node .* 2 ranks need 2; this host has 1"):
+        design(dep(["--model", "m"]), "data_parallel", None, None, direction="up", state=cpu)
+    # two NUMA nodes: the design goes ahead, one flag changed
+    monkeypatch.setattr(room.Host, "this", classmethod(lambda cls: room.Host(2, 2**34, numa_nodes=2)))
+    d = design(dep(["--model", "m"]), "data_parallel", None, None, direction="up", state=cpu)
+    assert d.candidate_args[-2:] == ["--data-parallel-size", "2"]
+    # a GPU host counts GPUs: ranks x tensor-parallel size
+    monkeypatch.setattr(room.Host, "this", classmethod(lambda cls: room.Host(16, 2**34, gpus=2)))
+    gpu = EngineState(version="0.32.0")
+    with pytest.raises(DesignError, match="data_parallel 2 x tensor_parallel 2 needs 4 GPUs; this host has 2"):
+        design(dep(["--model", "m", "-tp", "2"]), "data_parallel", None, None, direction="up", state=gpu)
+    assert design(dep(["--model", "m"]), "data_parallel", "2", None, state=gpu).value == 2
+    assert room.data_parallel_refusal("sglang", None, 2, 1, one_node) is None  # no known rule: not refused
