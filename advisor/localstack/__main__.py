@@ -78,7 +78,8 @@ def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline:
     while not stop.is_set() and time.monotonic() < deadline:
         r = drive_sync(
             url, requests=args.requests, concurrency=args.concurrency, prompt_words=args.prompt_words,
-            shared_prefix_words=args.system_prompt_words, max_tokens=args.max_tokens, seed=seed, total_timeout=max(1.0, deadline - time.monotonic()),
+            shared_prefix_words=args.system_prompt_words, max_tokens=args.max_tokens, seed=seed,
+            total_timeout=max(1.0, deadline - time.monotonic()),
         )
         # A new seed per round: repeated prompts would hit the prefix cache and hide the queue.
         seed += 1

@@ -85,7 +85,7 @@ def render(d: Diagnosis, console: Console) -> None:
 
 def _per_arm(x, console: Console) -> None:
     """The experiment's readouts per arm, client then server, one line each: enough to see why the
-    verdict went the way it did; `advisor report <id>` has the blocks and the looks."""
+    verdict went the way it did; `advisor report experiment ID` has the blocks and the looks."""
     if x.metrics:
         console.print("  client, baseline -> candidate: " + "; ".join(
             f"{_e(m.name)} {_e(m.baseline)} -> {_e(m.candidate)} ({_e(m.ratio)}, {_e(m.verdict)})" for m in x.metrics),

@@ -149,16 +149,18 @@ class ExperimentView:
 def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
     rows = []
     for i, m in enumerate(metrics):
-        def fmt(v, m=m):
-            if v is None:
-                return "-"
-            if not readouts.is_block_readout(m.metric, m.statistic):
-                return _seconds(v)  # every per-request readout is a latency
-            return f"{v:.4g}/s" if m.statistic == "per_s" else f"{v:.4g}"
-        rows.append(MetricRow(f"{m.metric} {m.statistic}", "primary" if i == 0 else "secondary", fmt(m.baseline_value),
-                              fmt(m.candidate_value), ratio_text(m.ratio), ci_text(m.ci), level_text(m.level),
-                              m.verdict, m.reason, "-" if m.adjusted_p is None else f"{m.adjusted_p:.3g}", m.method))
+        rows.append(MetricRow(f"{m.metric} {m.statistic}", "primary" if i == 0 else "secondary",
+                              _readout_value(m, m.baseline_value), _readout_value(m, m.candidate_value),
+                              ratio_text(m.ratio), ci_text(m.ci), level_text(m.level), m.verdict, m.reason, "-" if m.adjusted_p is None else f"{m.adjusted_p:.3g}", m.method))
     return rows
+
+
+def _readout_value(m: MetricResult, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if not readouts.is_block_readout(m.metric, m.statistic):
+        return _seconds(v)  # every per-request readout is a latency
+    return f"{v:.4g}/s" if m.statistic == "per_s" else f"{v:.4g}"
 
 
 def _seconds(v: float | None) -> str:
