@@ -14,21 +14,22 @@ percentiles the diagnosis measured (a latency SLO held at the 95th percentile is
 95 % of requests; the misses of several SLOs are added, errors too), so its cost per thousand
 SLO-meeting requests is an upper bound, and says so.
 
-An experiment reads both arms' per-block throughput: the candidate's cost ratio per output token is
-the inverse of its throughput ratio (times the ratio of units, where the knob changes them), with
-the interval inverted alike. At an offered load both arms keep up with, throughput is the load and
+An experiment reads both arms' per-block throughput as its judgement compared it (output tokens
+and goodput per second, advisor/experiments/judgement/judge.py): the candidate's cost ratio per output
+token is the inverse of its throughput ratio (times the ratio of units, where the knob changes
+them), with the interval inverted alike. Nothing here compares the arms again. At an offered load both arms keep up with, throughput is the load and
 the ratio is 1: a cheaper candidate shows only where the load saturates the baseline.
 """
 
 from __future__ import annotations
 
-import statistics
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 from advisor.errors import AdvisorError
 from advisor.inputs import InputModel
+from advisor.verdict import interval_text
 
 HOUR = 3600.0
 
@@ -52,6 +53,15 @@ class Price(BaseModel):
 class Units(BaseModel):
     count: int
     source: str
+
+
+class Pricing(BaseModel):
+    """What an experiment's cost is computed from: the price, and the units each arm holds (the
+    same, except where the knob changes them: tensor and data parallel)."""
+
+    price: Price
+    units: tuple[int, int] = Field(description="(baseline, candidate)")
+    units_source: str
 
 
 class PriceError(AdvisorError, ValueError):
@@ -236,7 +246,7 @@ class ExperimentCost(BaseModel):
             return "-" if a.per_million_output_tokens is None else _money(a.per_million_output_tokens, c)
 
         ratio = "" if self.ratio is None else f"; candidate/baseline {self.ratio:.3f}"
-        ci = f", {100 * (self.level or 0.95):.3g}% CI [{self.ci[0]:.3f}, {self.ci[1]:.3f}]" if self.ci else ""
+        ci = f", {100 * (self.level or 0.95):.3g}% CI {interval_text(self.ci)}" if self.ci else ""
         return (f"{_money(self.per_hour, c)} per {self.per}-hour: baseline {per_m(b)} per million output tokens "
                 f"({b.units} units), candidate {per_m(k)} ({k.units} units){ratio}{ci}")
 
@@ -254,45 +264,48 @@ def _inverse(ci: tuple[float, float] | None, units_ratio: float) -> tuple[float,
     return (units_ratio / ci[1], units_ratio / ci[0])
 
 
-def experiment_cost(by_block: dict, price: Price, units: tuple[int, int], units_source: str, slo=None,
-                    alpha: float = 0.05) -> ExperimentCost:
-    """From the valid blocks' records ({(arm, block): [RequestRecord]})."""
-    from advisor.experiments import readouts, stats
+class Comparison(Protocol):
+    """A throughput readout as the experiment's judgement compared it (a MetricResult): each arm's
+    median block rate, and the candidate/baseline ratio with its interval at `level`."""
 
-    def per_arm(arm: str, metric: str) -> list[list[float | None]]:
-        return [readouts.block_samples(recs, metric, "per_s", slo) for (a, _), recs in sorted(by_block.items())
-                if a == arm]
+    baseline_value: float | None
+    candidate_value: float | None
+    ratio: float | None
+    ci: tuple[float, float] | None
+    level: float
 
-    def median(blocks: list[list[float | None]]) -> float | None:
-        values = [b[0] for b in blocks if b and b[0] is not None]
-        return statistics.median(values) if values else None
 
+def experiment_cost(pricing: Pricing, throughput: Comparison | None, goodput: Comparison | None) -> ExperimentCost:
+    """Both arms' cost from the output tokens and the goodput per second compared by the judgement."""
+    units = pricing.units
     units_ratio = units[1] / units[0]
-    results = {}
-    for metric in ("output_tokens", "goodput"):
-        base, cand = per_arm("baseline", metric), per_arm("candidate", metric)
-        results[metric] = (median(base), median(cand),
-                           stats.compare(metric, base, cand, statistic="per_s", lower_is_better=False, alpha=alpha)
-                           if base and cand else None)
     arms = {}
     for i, arm in enumerate(("baseline", "candidate")):
-        hourly = price.spec.per_hour * units[i]
-        tok, good = results["output_tokens"][i], results["goodput"][i]
+        hourly = pricing.price.spec.per_hour * units[i]
+        tok = _arm_value(throughput, i)
+        good = _arm_value(goodput, i)
         arms[arm] = ArmCost(units=units[i], output_tokens_per_s=tok,
                             per_million_output_tokens=_per_million(hourly, tok), goodput_per_s=good,
                             per_thousand_slo_requests=_per_thousand(hourly, good))
-    tok_cmp, good_cmp = results["output_tokens"][2], results["goodput"][2]
-    ratio = units_ratio / tok_cmp.ratio if tok_cmp is not None and tok_cmp.ratio else None
-    slo_ratio = units_ratio / good_cmp.ratio if good_cmp is not None and good_cmp.ratio else None
-    return ExperimentCost(currency=price.spec.currency, per_hour=price.spec.per_hour, per=price.spec.per,
-                          price_source=price.source, units_source=units_source, baseline=arms["baseline"],
-                          candidate=arms["candidate"], ratio=ratio,
-                          ci=_inverse(tok_cmp.ci, units_ratio) if tok_cmp else None,
-                          level=tok_cmp.level if tok_cmp else None, slo_ratio=slo_ratio,
-                          slo_ci=_inverse(good_cmp.ci, units_ratio) if good_cmp else None,
+    spec = pricing.price.spec
+    return ExperimentCost(currency=spec.currency, per_hour=spec.per_hour, per=spec.per,
+                          price_source=pricing.price.source, units_source=pricing.units_source,
+                          baseline=arms["baseline"], candidate=arms["candidate"],
+                          ratio=units_ratio / throughput.ratio if throughput is not None and throughput.ratio else None,
+                          ci=_inverse(throughput.ci, units_ratio) if throughput is not None else None,
+                          level=throughput.level if throughput is not None else None,
+                          slo_ratio=units_ratio / goodput.ratio if goodput is not None and goodput.ratio else None,
+                          slo_ci=_inverse(goodput.ci, units_ratio) if goodput is not None else None,
                           note="at the experiment's offered load: where both arms keep up, throughput is the load and "
                                "the ratio is near 1; a cheaper candidate shows where the load saturates the baseline")
 
 
-__all__ = ["ArmCost", "CostFigures", "ExperimentCost", "Price", "PriceError", "PriceSpec", "Units", "cost_text", "diagnosis_cost",
-           "experiment_cost", "figures", "parse_price", "price_for", "slo_share_at_least", "units_for"]
+def _arm_value(c: Comparison | None, arm: int) -> float | None:
+    if c is None:
+        return None
+    return c.baseline_value if arm == 0 else c.candidate_value
+
+
+__all__ = ["ArmCost", "Comparison", "CostFigures", "ExperimentCost", "Price", "PriceError", "PriceSpec", "Pricing",
+           "Units", "cost_text", "diagnosis_cost", "experiment_cost", "figures", "parse_price", "price_for",
+           "slo_share_at_least", "units_for"]

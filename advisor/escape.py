@@ -69,16 +69,17 @@ def json_text(obj: object, indent: int | None = 2) -> str:
     written as a \\u escape, so no control sequence reaches a terminal that shows it."""
     import json
 
-    return json.dumps(_finite(obj), indent=indent, ensure_ascii=True, allow_nan=False, default=str)
+    return json.dumps(json_ready(obj), indent=indent, ensure_ascii=True, allow_nan=False, default=str)
 
 
-def _finite(obj: object) -> object:
+def json_ready(obj: object) -> object:
+    """`obj` with NaN and infinities as None and every key a string: what strict JSON can hold."""
     if isinstance(obj, float):
         return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
     if isinstance(obj, dict):
-        return {k if isinstance(k, str) else str(k): _finite(v) for k, v in obj.items()}
+        return {k if isinstance(k, str) else str(k): json_ready(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [json_ready(v) for v in obj]
     return obj
 
 

@@ -16,16 +16,19 @@ them AdvisorError subclasses.
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import stat
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, RootModel, ValidationError
 
 from advisor.errors import AdvisorError
+from advisor.units import MAX_LOAD_REQUESTS
 
 # libyaml where PyYAML was built with it (advisor/resources.py reads the shipped files the same way).
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -59,12 +62,60 @@ class InputModel(BaseModel):
 # bytes -> text
 
 
-def read_bytes(path: Path, error: ErrorClass = InputError, limit: int | None = MAX_CONFIG_BYTES) -> bytes:
-    """The file's bytes; a NUL anywhere (checked as it is read, so /dev/zero stops at once) or
-    more than `limit` bytes is refused."""
-    chunks, size = [], 0
+def _size(limit: int) -> str:
+    return f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit // 1024} KiB"
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def open_input(path: Path, error: ErrorClass = InputError, limit: int | None = MAX_CONFIG_BYTES,
+               where: object = None) -> BinaryIO:
+    """A user's input file, opened for reading: the one way every input file is opened.
+
+    Opened without blocking (a FIFO's open would wait for a writer, its read for data: no deadline
+    covers either), then refused unless fstat says a regular file, and refused when it is already
+    larger than `limit`. where: how the file is named in messages (default: its path)."""
+    where = path if where is None else where
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+    except IsADirectoryError:
+        raise error(f"{where}: is a directory, not a file") from None
+    except OSError as e:
+        # A socket cannot be opened at all (ENXIO): say what it is rather than "no such device".
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise error(f"{where}: not a regular file ({_kind_of(mode)})") from None
+        raise error(f"{where}: cannot read: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise error(f"{where}: is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{where}: not a regular file ({_kind_of(st.st_mode)})")
+        if limit is not None and st.st_size > limit:
+            raise error(f"{where}: too large for an input file (more than {_size(limit)})")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: Path, error: ErrorClass = InputError, limit: int | None = MAX_CONFIG_BYTES) -> bytes:
+    """The file's bytes; not a regular file (open_input), a NUL anywhere (checked as it is read) or
+    more than `limit` bytes (checked again as it is read: the file may grow) is refused."""
+    chunks, size = [], 0
+    with open_input(path, error, limit) as f:
+        try:
             while True:
                 chunk = f.read(_CHUNK)
                 if not chunk:
@@ -74,12 +125,10 @@ def read_bytes(path: Path, error: ErrorClass = InputError, limit: int | None = M
                     raise error(f"{path}: not a text file (byte 0x00 at offset {size + nul})")
                 size += len(chunk)
                 if limit is not None and size > limit:
-                    raise error(f"{path}: too large for an input file (more than {limit // (1024 * 1024)} MiB)")
+                    raise error(f"{path}: too large for an input file (more than {_size(limit)})")
                 chunks.append(chunk)
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory, not a file") from None
-    except OSError as e:
-        raise error(f"{path}: cannot read: {e.strerror or e}") from None
+        except OSError as e:
+            raise error(f"{path}: cannot read: {e.strerror or e}") from None
     return b"".join(chunks)
 
 
@@ -102,18 +151,17 @@ def read_text(path: Path, error: ErrorClass = InputError, limit: int | None = MA
 
 
 MAX_LINE_BYTES = 1 << 20
+# A trace is one request a line (and a header): one load replays at most MAX_LOAD_REQUESTS of them,
+# so a longer one is refused as it is read, never held.
+MAX_TRACE_LINES = MAX_LOAD_REQUESTS + 1
 
 
-def text_lines(path: Path, error: ErrorClass = InputError, max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
+def text_lines(path: Path, error: ErrorClass = InputError, max_line: int = MAX_LINE_BYTES,
+               max_lines: int = MAX_TRACE_LINES) -> Iterator[tuple[int, str]]:
     """(line number, text with its line ending) of a line-oriented file (a trace), read as it goes:
-    the same checks as `decode`, each naming the byte offset and the line."""
+    the same checks as `decode`, each naming the byte offset and the line; at most max_lines lines."""
     offset = 0
-    try:
-        f = open(path, "rb")
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory, not a file") from None
-    except OSError as e:
-        raise error(f"{path}: cannot read: {e.strerror or e}") from None
+    f = open_input(path, error, limit=None)  # a trace is read as it goes: its length is bounded by max_lines
     with f:
         # A binary file usually shows a NUL early: say "not a text file" before any decoding complaint.
         try:
@@ -132,6 +180,9 @@ def text_lines(path: Path, error: ErrorClass = InputError, max_line: int = MAX_L
             if not raw:
                 return
             n += 1
+            if n > max_lines:
+                raise error(f"{path}: more than {max_lines:,} lines; a trace replays at most "
+                            f"{MAX_LOAD_REQUESTS:,} requests, one a line (the ceiling on one load)")
             nul = raw.find(b"\0")
             if nul >= 0:
                 raise error(f"{path}: not a text file (byte 0x00 at offset {offset + nul}, line {n})")
@@ -398,11 +449,13 @@ def line_of(node: yaml.Node | None, loc: tuple) -> int | None:
 
 
 def load_model(path: Path, model: type[M], error: ErrorClass = InputError, *, empty: Any = ...,
-               prepare: Callable[[dict], dict] | None = None) -> M:
+               prepare: Callable[[dict], dict] | None = None,
+               check: Callable[[M], tuple[tuple, str] | None] | None = None) -> M:
     """Read, parse and validate a YAML file whose top level is a mapping.
 
     empty: what an empty file means (default: an error); prepare: adjusts the mapping before
-    validation (expanding variables, say)."""
+    validation (expanding variables, say); check: (field, problem) of a valid model that is still
+    refused (a ceiling), said like a validation error, with the field's line."""
     data, node = load_yaml(path, error)
     if data is None:
         if empty is ...:
@@ -412,7 +465,11 @@ def load_model(path: Path, model: type[M], error: ErrorClass = InputError, *, em
         raise error(f"{path}: expected a mapping at the top level, got {_kind(data)}")
     if prepare is not None:
         data = prepare(data)
-    return validate(model, data, path, error, node)
+    got = validate(model, data, path, error, node)
+    found = check(got) if check is not None else None
+    if found is not None:
+        raise error(field_error(path, found[0], found[1], node))
+    return got
 
 
 def _kind(value: Any) -> str:

@@ -9,6 +9,8 @@ from functools import lru_cache
 from advisor.errors import AdvisorError
 from probes.http import HttpConfig, request
 from probes.http import client as http_client
+from advisor import net
+from probes.gpu import read_gpus
 
 
 @lru_cache(maxsize=1)
@@ -19,7 +21,6 @@ def machine() -> dict:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    from probes.gpu import read_gpus
 
     gpus = read_gpus()
     return {"cpu": cpu, "cores": os.cpu_count(), "os": f"{platform.system()} {platform.release()}",
@@ -31,7 +32,6 @@ def machine() -> dict:
 def engine_version(url: str, timeout: float = 5.0, http: HttpConfig | None = None) -> str | None:
     """The engine's /version, asked within one request deadline; None when it does not say.
     http: TLS and credentials (default: the settings' for an engine)."""
-    from advisor import net
 
     try:
         cfg = (http or net.config("engine", url=url)).with_(timeout=timeout)

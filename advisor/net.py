@@ -13,31 +13,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from advisor.errors import AdvisorError
 from advisor.settings import get_settings
-from probes.http import (
-    Auth,
-    BasicAuth,
-    BearerAuth,
-    HttpConfig,
-    TlsConfigError,
-    check_url,
-    origin,
-    redact_url,
-    split_userinfo,
-    ssl_context,
-)
+from probes.redaction import redact_url  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:  # the HTTP stack is loaded where a request is configured, not at every start-up
+    from probes.http import Auth, HttpConfig
 
 Role = Literal["prom", "engine"]
 ROLE_NAME = {"prom": "Prometheus", "engine": "engine"}
 
-CREDENTIALS_HELP = ("Credentials: user:password@ in the URL (never printed or stored), or "
-                    "ADVISOR_{P}_USER with ADVISOR_{P}_PASSWORD or ADVISOR_{P}_PASSWORD_FILE (basic auth), or "
-                    "ADVISOR_{P}_TOKEN or ADVISOR_{P}_TOKEN_FILE (bearer token).")
-PROM_CREDENTIALS_HELP = CREDENTIALS_HELP.format(P="PROM")
-ENGINE_CREDENTIALS_HELP = CREDENTIALS_HELP.format(P="ENGINE")
+from advisor.option_help import ENGINE_CREDENTIALS_HELP, PROM_CREDENTIALS_HELP  # noqa: E402,F401  (re-exported)
 
 
 class CredentialsError(AdvisorError):
@@ -80,15 +68,27 @@ def insecure_warning() -> str | None:
 def check_tls() -> None:
     """Fail before anything starts when the CA bundle cannot be used."""
     if tls_verify() and ca_bundle() is not None:
+        from probes.http import HttpConfig, TlsConfigError, ssl_context
+
         try:
             ssl_context(HttpConfig(verify=True, ca_bundle=ca_bundle()))
         except TlsConfigError as e:
             raise AdvisorError(f"{e} (from {'--ca-bundle' if 'ca_bundle' in _cli else 'ADVISOR_CA_BUNDLE'})") from None
 
 
+MAX_SECRET_BYTES = 64 * 1024
+
+
 def _read_secret(path: Path, var: str) -> str:
+    from advisor.inputs import open_input  # a FIFO or a device is refused, not read until it ends
+
     try:
-        text = Path(path).read_bytes().decode("utf-8")
+        with open_input(Path(path), CredentialsError, limit=MAX_SECRET_BYTES, where=f"{var} {path}") as f:
+            data = f.read(MAX_SECRET_BYTES + 1)
+        if len(data) > MAX_SECRET_BYTES:
+            raise CredentialsError(f"{var} {path}: more than {MAX_SECRET_BYTES // 1024} KiB; "
+                                   "expected one line holding the secret")
+        text = data.decode("utf-8")
     except OSError as e:
         raise CredentialsError(f"{var} {path}: cannot read: {e.strerror or e}") from None
     except UnicodeDecodeError:
@@ -101,6 +101,8 @@ def _read_secret(path: Path, var: str) -> str:
 
 def env_auth(role: Role) -> Auth | None:
     """Credentials for `role` from the environment (or the files it names)."""
+    from probes.http import BasicAuth, BearerAuth
+
     s = get_settings()
     p = role.upper()
     user = getattr(s, f"{role}_user")
@@ -132,21 +134,36 @@ def config(role: Role, timeout: float | None = None, auth: Auth | None = None, u
     """How the advisor talks to a target of this role: TLS from the settings and options; the
     given credentials, else those given on the command line for url's origin, else the role's
     from the environment; and the request deadline."""
+    from probes.http import HttpConfig, origin
+
     if auth is None and url is not None:
         auth = _by_origin.get(origin(url))
+    s = get_settings()
     return HttpConfig(verify=tls_verify(), ca_bundle=ca_bundle(),
                       auth=auth if auth is not None else env_auth(role),
-                      timeout=timeout if timeout is not None else get_settings().timeout)
+                      timeout=timeout if timeout is not None else s.timeout,
+                      max_series=s.max_series, max_metrics_lines=s.max_metrics_lines,
+                      max_metrics_bytes=s.max_metrics_bytes)
 
 
 def target(url: str, role: Role, option: str, timeout: float | None = None) -> tuple[str, HttpConfig]:
     """A URL from the command line: checked, its credentials split off into the config (they win
     over the environment's), and the credential-free URL, the only one passed further."""
+    from probes.http import check_url, origin, split_userinfo
+
     check_url(url, option)  # BadUrl, one line
     clean, auth = split_userinfo(url)
     if auth is not None:
         _by_origin[origin(clean)] = auth
     return clean.rstrip("/"), config(role, timeout=timeout, auth=auth)
+
+
+def __getattr__(name: str):
+    if name == "HttpConfig":  # re-exported, loaded when first asked for
+        from probes.http import HttpConfig
+
+        return HttpConfig
+    raise AttributeError(f"module 'advisor.net' has no attribute {name!r}")
 
 
 __all__ = ["ENGINE_CREDENTIALS_HELP", "PROM_CREDENTIALS_HELP", "CredentialsError", "HttpConfig", "Role",

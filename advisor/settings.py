@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     config: Path | None = Field(default=None, description="advisor.yaml: the fleet the dashboard and schedule watch")
     api_token: SecretStr | None = Field(default=None, description="the dashboard's token for actions (and for "
                                         "every page when bound beyond loopback)")
+    # At least 1 KiB: a smaller limit (4, meant as MiB) would refuse even the login's JSON.
+    max_body_bytes: int = Field(default=4 * 2**20, ge=1024, description="the largest request body advisor serve "
+                                "reads; a larger one is refused with 413 before its token is checked")
     # TLS and credentials of the advisor's own requests (advisor/net.py builds them into HttpConfig).
     tls_verify: bool = Field(default=True, description="verify TLS certificates; false warns on every run")
     ca_bundle: Path | None = Field(default=None, description="PEM file (or hashed directory) of trusted CAs")
@@ -39,6 +42,13 @@ class Settings(BaseSettings):
     engine_password_file: Path | None = None
     engine_token: SecretStr | None = Field(default=None, description="engine bearer token")
     engine_token_file: Path | None = None
+    # How much of a target's answer is read (advisor/net.py puts them in every HttpConfig): past a
+    # cap the probe stops with one line naming it, instead of parsing for minutes.
+    max_series: int = Field(default=250_000, ge=1, description="most series one Prometheus answer may hold "
+                            "(a per-replica query holds about 200 per vLLM replica)")
+    max_metrics_lines: int = Field(default=200_000, ge=1, description="most lines an engine's /metrics may hold "
+                                   "(one vLLM engine writes about 600)")
+    max_metrics_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, description="most bytes of an engine's /metrics")
 
     @property
     def database_url(self) -> str:

@@ -4,16 +4,16 @@ sequential stopping. A benchmark, not a test.
     .venv/bin/python benchmarks/stats_calibration.py            # a table
     .venv/bin/python benchmarks/stats_calibration.py --json     # {"fixed": {...}, "sequential": {...}}
 
-Each simulated experiment is judged the way advisor/experiments/runner.py judges a real one: a
+Each simulated experiment is judged the way advisor/experiments/run/runner.py judges a real one: a
 primary readout and three secondaries, each block's per-request latencies log-normal (--sigma) with
 a random block effect (--drift, the machine drifting between blocks) and heavy tails (a --outliers
 share of requests 8x slower); the candidate's latencies are the baseline's times the true ratio. The
-design (blocks per arm, requests per block, looks) comes from advisor.experiments.planning.plan for
+design (blocks per arm, requests per block, looks) comes from advisor.experiments.design.planning.plan for
 --plan-effect, from the noise a simulated A/A calibration measures (12 blocks per arm, as
-advisor/experiments/calibration.py measures a real target). The
+advisor/experiments/design/calibration.py measures a real target). The
 sequential design looks after every pair of blocks at its boundary level and stops at the first
 decisive primary; the fixed one looks once, at the maximum. Secondaries are judged behind the
-primary at the stopping look's level (stats.judge: gatekeeping, Holm among them).
+primary at the stopping look's level (judgement.family: gatekeeping, Holm among them).
 
 Figures per design:
   aa_false_verdict_rate  A/A runs whose primary says improved or regressed
@@ -23,6 +23,15 @@ Figures per design:
   mean_blocks_*          blocks per arm used, on average (A/A, 10 %, 20 %)
 Targets (issue 11): false verdicts and family-wise error <= 5 % within simulation error, coverage
 >= 93 %, power >= 80 % at 20 % within the planned maximum.
+
+    .venv/bin/python benchmarks/stats_calibration.py --validity   # the out-of-reach rule (issue 28)
+
+--validity runs the sequential design with invalid blocks (the load generator fell behind: the
+block is not judged), per scenario, without and with the rule that stops a run whose verdict is out
+of reach (advisor/experiments/judgement/reach.py), and prints the same figures beside the blocks and requests
+each run used. Scenarios: every block valid; the baseline valid with probability 0.2 (a busy
+baseline); the first three baseline blocks invalid, then valid with probability 0.95 (recovering
+late); both arms valid with probability 0.8.
 """
 
 from __future__ import annotations
@@ -39,7 +48,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.experiments import planning, stats  # noqa: E402
+from advisor.experiments.judgement import judge as judgement
+from advisor.experiments.design import planning# noqa: E402
 
 
 def arm(rng, k: int, n: int, args, ratio: float = 1.0) -> list[list[float]]:
@@ -62,16 +72,78 @@ def one_run(rng, plan: planning.Plan, ratio: float, args, seed: int) -> dict:
             continue
         used, level = k, lv
         a, b = readouts[0]
-        r = stats.compare("primary", a[:k], b[:k], statistic=primary_stat, alpha=lv, seed=seed + k,
+        r = judgement.compare("primary", a[:k], b[:k], statistic=primary_stat, alpha=lv, seed=seed + k,
                           n_boot=args.n_boot)
         if r.verdict != "inconclusive":
             break
-    results = [stats.compare(f"m{i}", a[:used], b[:used], statistic=primary_stat if i == 0 else "p50",
+    results = [judgement.compare(f"m{i}", a[:used], b[:used], statistic=primary_stat if i == 0 else "p50",
                              alpha=level, seed=seed + i, n_boot=args.n_boot) for i, (a, b) in enumerate(readouts)]
-    judged = stats.judge(results[0], results[1:], alpha=level)
+    judged = judgement.family(results[0], results[1:], alpha=level)
     p = judged[0]
     return {"primary": p.verdict, "any_false": any(j.verdict in ("improved", "regressed") for j in judged),
             "covered": p.ci is not None and p.ci[0] <= ratio <= p.ci[1], "blocks": used}
+
+
+SCENARIOS = {
+    "all valid": (lambda k: 1.0, lambda k: 1.0),
+    "busy baseline (20 % valid)": (lambda k: 0.2, lambda k: 1.0),
+    "recovering late": (lambda k: 0.0 if k < 3 else 0.95, lambda k: 1.0),
+    "both 80 % valid": (lambda k: 0.8, lambda k: 0.8),
+}
+
+
+def one_run_valid(rng, plan: planning.Plan, ratio: float, args, seed: int, scenario: str, rule: bool) -> dict:
+    """one_run with invalid blocks left out of the judgement, as runner.py does, and the run
+    stopped for an out-of-reach verdict when `rule`."""
+    from advisor.experiments.judgement import reach
+    from advisor.experiments.result import BlockRecord
+
+    k_max, n, stop = plan.max_blocks, plan.requests_per_block, plan.stopping
+    a, b = arm(rng, k_max, n, args), arm(rng, k_max, n, args, ratio)
+    p_base, p_cand = SCENARIOS[scenario]
+    valid = [(rng.random() < p_base(k), rng.random() < p_cand(k)) for k in range(k_max)]
+    records: list = []
+    verdict, ci, used = "inconclusive", None, k_max
+    for k in range(1, k_max + 1):
+        vb, vc = valid[k - 1]
+        records += [BlockRecord(arm="baseline", block=k - 1, requests=n, ok=n, errors=0, ttft_p50=None,
+                                tpot_p50=None, e2e_p95=None, generator_valid=vb),
+                    BlockRecord(arm="candidate", block=k - 1, requests=n, ok=n, errors=0, ttft_p50=None,
+                                tpot_p50=None, e2e_p95=None, generator_valid=vc)]
+        lv = stop.level_at(k, k_max)
+        short = reach.shortfall(records)
+        if lv is not None and not short:
+            ja = [a[i] for i in range(k) if valid[i][0]]
+            jb = [b[i] for i in range(k) if valid[i][1]]
+            r = judgement.compare("primary", ja, jb, statistic=plan.statistic, alpha=lv, seed=seed + k, n_boot=args.n_boot)
+            verdict, ci, used = r.verdict, r.ci, k
+            if r.verdict != "inconclusive":
+                break
+        elif lv is not None:
+            verdict, ci, used = "inconclusive", None, k
+        if rule and k < k_max and short and reach.out_of_reach(records, k_max):
+            verdict, ci, used = "inconclusive", None, k
+            break
+    return {"primary": verdict, "covered": ci is not None and ci[0] <= ratio <= ci[1], "judged": ci is not None,
+            "blocks": used, "requests": 2 * used * n}
+
+
+def evaluate_validity(plan: planning.Plan, args) -> dict:
+    out = {}
+    for scenario in SCENARIOS:
+        for rule in (False, True):
+            rng = np.random.default_rng(args.seed)  # the same simulated runs with and without the rule
+            aa = [one_run_valid(rng, plan, 1.0, args, 1000 * i, scenario, rule) for i in range(args.runs)]
+            e20 = [one_run_valid(rng, plan, 1.20, args, 1000 * i + 2, scenario, rule) for i in range(args.runs)]
+            judged = [r for r in aa + e20 if r["judged"]]
+            out[f"{scenario} | {'with' if rule else 'without'} the rule"] = {
+                "aa_false_verdict_rate": sum(r["primary"] in ("improved", "regressed") for r in aa) / args.runs,
+                "ci_coverage_when_judged": (sum(r["covered"] for r in judged) / len(judged)) if judged else None,
+                "power_20pct": sum(r["primary"] == "regressed" for r in e20) / args.runs,
+                "mean_blocks": float(np.mean([r["blocks"] for r in aa + e20])),
+                "mean_requests": float(np.mean([r["requests"] for r in aa + e20])),
+            }
+    return out
 
 
 def evaluate(plan: planning.Plan, args, rng) -> dict:
@@ -98,10 +170,10 @@ def evaluate(plan: planning.Plan, args, rng) -> dict:
 
 
 def noise_of(args, rng) -> planning.Noise:
-    """What an A/A calibration of the simulated target measures (advisor/experiments/calibration.py):
+    """What an A/A calibration of the simulated target measures (advisor/experiments/design/calibration.py):
     12 blocks per arm, the log of each block's statistic, its spread between blocks around each
     arm's mean, and its within-block bootstrap SD."""
-    from advisor.experiments.calibration import _sampling_var, _statistic
+    from advisor.experiments.design.calibration import _sampling_var, _statistic
 
     logs, sampling, dof = [], [], 0
     for _ in range(2):
@@ -129,8 +201,25 @@ def main() -> int:
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--validity", action="store_true", help="the out-of-reach rule's table (invalid blocks)")
     args = ap.parse_args()
     noise = noise_of(args, np.random.default_rng(args.seed + 1))
+    if args.validity:
+        plan = planning.plan(args.statistic, noise, requests_per_block=args.requests, effect=args.plan_effect,
+                             sequential=True)
+        started = time.monotonic()
+        table = evaluate_validity(plan, args)
+        if args.json:
+            print(json.dumps(table, indent=2))
+            return 0
+        print(f"{args.runs} simulated A/A and {args.runs} 20 %-effect runs per row; sequential, at most "
+              f"{plan.max_blocks} blocks per arm of {plan.requests_per_block} requests; primary {args.statistic}; "
+              f"{time.monotonic() - started:.0f} s")
+        cols = ["aa_false_verdict_rate", "ci_coverage_when_judged", "power_20pct", "mean_blocks", "mean_requests"]
+        print(f"{'':52}" + "".join(f"{c[:14]:>15}" for c in cols))
+        for row, figs in table.items():
+            print(f"{row:52}" + "".join("-".rjust(15) if figs[c] is None else f"{figs[c]:>15.3f}" for c in cols))
+        return 0
     out = {}
     started = time.monotonic()
     for name, seq in (("fixed", False), ("sequential", True)):

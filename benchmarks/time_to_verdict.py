@@ -38,9 +38,9 @@ SCENARIOS = {
 
 
 def one(dep_path: Path, scenario: dict, seed: int, sequential: bool, readout: str) -> dict:
-    from advisor.experiments import session
-    from advisor.experiments.deployment import load_deployment
-    from advisor.experiments.setup import design
+    from advisor.experiments.run import session
+    from advisor.experiments.design.deployment import load_deployment
+    from advisor.experiments.run.setup import design
 
     dep = load_deployment(dep_path)
     d = design(dep, scenario["mechanism"], scenario["value"], None, concurrency=scenario["concurrency"],

@@ -14,7 +14,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Collection
 
-from probes import _replicas
+from probes import _replicas, _sense
 from probes._primitives import from_operands, quantile_buckets, why_empty
 from probes.catalog import Dialect, SignalDef, signal_unit, signals_for
 from probes.exposition import Labels, Scrape, listed, series_text
@@ -157,6 +157,9 @@ def compute(dialect: Dialect, scrapes: list[Scrape], model: str | None = None,
     groups: set[Group] = set()
     raw: dict[str, dict[Group, tuple[float, str, str | None]]] = {}
     buckets: dict[str, dict[Group, tuple[float, float]]] = {}
+    refused: dict[str, dict[Group, str]] = {}  # signals fed an impossible sample, per group: why
+    scanned: dict[tuple[str, str], dict[Group, str]] = {}
+    memo: dict[tuple, dict] = {}  # each metric's deltas, read once however many signals share them
 
     def resolve(key: str) -> str | None:
         return dialect.resolve(key, available)
@@ -168,8 +171,9 @@ def compute(dialect: Dialect, scrapes: list[Scrape], model: str | None = None,
             wanted = " / ".join(dialect.metrics[m].names[0] for m in missing)
             raw[name] = {(): (math.nan, f"not exposed by the target ({wanted})", None)}
             continue
-        vals, buckets[name] = _evaluate(view, sdef, names, scrapes, first, last, window)
+        vals, buckets[name] = _evaluate(view, sdef, names, scrapes, first, last, window, memo)
         raw[name] = vals
+        refused[name] = _impossible(view, sdef, names, scrapes, scanned)
         groups.update(vals)
 
     for name, sdef in signals_for(dialect).items():
@@ -177,11 +181,45 @@ def compute(dialect: Dialect, scrapes: list[Scrape], model: str | None = None,
         source = _source(sdef, dialect, resolve)
         for g in groups or {()}:
             v, why, note = raw[name].get(g, raw[name].get((), (math.nan, None, None)))
+            bad = refused.get(name, {}).get(g) or _sense.check_signal(name, sdef, dialect, v, source)
+            if bad:
+                v, why, note = math.nan, bad, None
             ok = math.isfinite(v)
             results[g][name] = Signal(name=name, value=v if ok else None, unit=unit, window_s=window,
-                                      source=source, missing=None if ok else (why or why_empty(sdef.op)), note=note,
+                                      source=source, missing=None if ok else (why or why_empty(sdef)), note=note,
                                       bucket=buckets.get(name, {}).get(g) if ok else None)
     return dict(results)
+
+
+def _read_samples(op: str, spec, name: str) -> list[str]:
+    """The sample names a signal of this op reads of one operand's metric."""
+    if spec.type != "histogram":
+        return [name]
+    return {"quantile": [f"{name}_bucket"], "mean": [f"{name}_sum", f"{name}_count"]}.get(op, [f"{name}_count"])
+
+
+def _impossible(view: _View, sdef: SignalDef, names: list[str], scrapes: list[Scrape],
+                scanned: dict[tuple[str, str], dict[Group, str]]) -> dict[Group, str]:
+    """Per group, why a sample the signal reads cannot be (probes/_sense.py): the first one found,
+    naming its series, value and scrape. scanned: each (metric, sample name) is read once per compute."""
+    out: dict[Group, str] = {}
+    for key, name in zip(sdef.operands(), names):
+        spec = view.d.metrics[key]
+        for sample in _read_samples(sdef.op, spec, name):
+            if (key, sample) not in scanned:
+                found: dict[Group, str] = {}
+                for i, s in enumerate(scrapes):
+                    for labels, v in s.series(sample).items():
+                        if not view.keep(key, labels) or view.group(labels) in found:
+                            continue
+                        why = _sense.check(spec, series_text(sample, labels), v,
+                                           where=f" in scrape {i + 1} of {len(scrapes)}")
+                        if why:
+                            found[view.group(labels)] = why
+                scanned[key, sample] = found
+            for g, why in scanned[key, sample].items():
+                out.setdefault(g, why)
+    return out
 
 
 def _source(sdef: SignalDef, dialect: Dialect, resolve) -> str:
@@ -190,33 +228,43 @@ def _source(sdef: SignalDef, dialect: Dialect, resolve) -> str:
     return f"/metrics delta: {sdef.op}{q} of {ops}"
 
 
-def _evaluate(view, sdef: SignalDef, names, scrapes, first, last,
-              window) -> tuple[dict[Group, tuple[float, str | None, str | None]], dict[Group, tuple[float, float]]]:
+def _evaluate(view, sdef: SignalDef, names, scrapes, first, last, window, memo: dict | None = None
+              ) -> tuple[dict[Group, tuple[float, str | None, str | None]], dict[Group, tuple[float, float]]]:
     """The signal's operands from the deltas (or the gauge samples), combined as the Prometheus
-    probe combines its rows; and, for a quantile, the bucket each group's value lies in."""
+    probe combines its rows; and, for a quantile, the bucket each group's value lies in. memo:
+    the deltas already read in this compute (p50, p95 and p99 read one histogram), by their arguments."""
     key = sdef.metric
+    memo = {} if memo is None else memo
+
+    def once(fn, metric: str, name: str, *more):
+        """fn(view, metric, name, scrapes, *more), read once per memo (the caller never changes it)."""
+        k = (fn, metric, name, *more)
+        if k not in memo:
+            memo[k] = fn(view, metric, name, scrapes, *more)
+        return memo[k]
+
     if sdef.op == "quantile":
-        operands = [_hist_reset_aware(view, key, names[0], scrapes)]
+        operands = [once(_hist_reset_aware, key, names[0])]
     elif sdef.op == "count_rate":
-        operands = [{g: c / window for g, c in _sum_over(view, key, names[0] + "_count", scrapes).items()}]
+        operands = [{g: c / window for g, c in once(_sum_over, key, names[0] + "_count").items()}]
     elif sdef.op == "mean":
-        counts = _sum_over(view, key, names[0] + "_count", scrapes)
-        sums = _sum_over(view, key, names[0] + "_sum", scrapes)
+        counts = once(_sum_over, key, names[0] + "_count")
+        sums = once(_sum_over, key, names[0] + "_sum")
         operands = [{g: sums.get(g, 0.0) for g in counts}, counts]
     elif sdef.op == "rate":
-        operands = [{g: d / window for g, d in _sum_over(view, key, names[0], scrapes).items()}]
+        operands = [{g: d / window for g, d in once(_sum_over, key, names[0]).items()}]
     elif sdef.op == "ratio":
         # A counter with no series in a group counted nothing there.
-        den = _sum_over(view, sdef.den, names[1], scrapes)
-        num = _sum_over(view, sdef.num, names[0], scrapes)
+        den = once(_sum_over, sdef.den, names[1])
+        num = once(_sum_over, sdef.num, names[0])
         operands = [{g: num.get(g, 0.0) for g in den}, den]
     elif sdef.op in ("avg", "max"):
-        series = _gauge_totals(view, key, names[0], scrapes, view.d.metrics[key].across)
+        series = once(_gauge_totals, key, names[0], view.d.metrics[key].across)
         fn = max if sdef.op == "max" else _mean
         operands = [{g: fn(xs) for g, xs in series.items() if xs}]
     elif sdef.op == "share":
-        used = _gauge_totals(view, sdef.num, names[0], scrapes, "sum")
-        other = _gauge_totals(view, sdef.other, names[1], scrapes, "sum")
+        used = once(_gauge_totals, sdef.num, names[0], "sum")
+        other = once(_gauge_totals, sdef.other, names[1], "sum")
         operands = [{g: _mean(xs) for g, xs in used.items()}, {g: _mean(xs) for g, xs in other.items()}]
     else:
         raise AssertionError(sdef.op)

@@ -14,17 +14,21 @@ from probes._promql import SignalPlan
 from probes.catalog import SignalDef
 from probes.errors import ProbeError
 from probes.exposition import bucket_bounds, bucket_quantile, listed
-from probes.snapshot import INTERPOLATED
+from probes.snapshot import INTERPOLATED, NO_SAMPLES, NO_TRAFFIC
 
 Group = tuple[tuple[str, str], ...]
 Rows = list[dict]
 GAUGE_OPS = ("avg", "max", "share")
 
 
-def why_empty(op: str) -> str:
+def why_empty(sdef: SignalDef) -> str:
     """Why a signal whose metrics exist has no value: gauges had no samples, counters and
-    histograms counted nothing."""
-    return "no samples in the window" if op in GAUGE_OPS else "no traffic in the window"
+    histograms counted nothing. A ratio whose denominator alone counted nothing says so: requests
+    may well have flowed (a prefix-cache hit rate has no lookups to divide by while caching is off),
+    and "no traffic" would then be false."""
+    if sdef.op == "ratio" and sdef.den:
+        return f"no {sdef.den.replace('_', ' ')} counted in the window, so no ratio"
+    return NO_SAMPLES if sdef.op in GAUGE_OPS else NO_TRAFFIC
 
 
 def group_key(labels: dict[str, str], by: list[str] | None) -> Group:

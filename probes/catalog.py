@@ -10,7 +10,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from probes.errors import CatalogError
+from probes.errors import DialectError
 
 _HERE = Path(__file__).parent
 
@@ -25,6 +25,10 @@ class MetricSpec(BaseModel):
     match: dict[str, str] = Field(default_factory=dict, description="label regex matchers")
     across: Literal["sum", "avg"] = Field(
         default="sum", description="how a gauge combines across series: sum (queue lengths) or avg (ratios)"
+    )
+    can_be_negative: bool = Field(
+        default=False, description="a sample below zero is a real reading (none of today's metrics: a count, a "
+        "duration, a share, a power draw never is); false: such a sample is refused as evidence (probes/_sense.py)"
     )
 
 
@@ -72,6 +76,9 @@ class SignalDef(BaseModel):
     num: str | None = None
     den: str | None = None
     other: str | None = None
+    max: float | None = Field(default=None, description="the most the signal can be where its operands alone do "
+                              "not bound it: 1 for a hit rate (hits are among the lookups); above it, the signal "
+                              "is refused as evidence (probes/_sense.py)")
 
     @model_validator(mode="after")
     def _operands(self) -> "SignalDef":
@@ -91,9 +98,9 @@ def _load_yaml(path: Path) -> dict:
     try:
         data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: ~0.3 s less per diagnose
     except yaml.YAMLError as e:
-        raise CatalogError(f"{path.name}: not valid YAML: {e}") from e
+        raise DialectError(f"{path.name}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
-        raise CatalogError(f"{path.name}: expected a mapping at the top level")
+        raise DialectError(f"{path.name}: expected a mapping at the top level")
     return data
 
 
@@ -103,7 +110,7 @@ def load_dialect(path: Path) -> Dialect:
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise CatalogError(f"{path.name}: field {field}: {err['msg']}") from e
+        raise DialectError(f"{path.name}: field {field}: {err['msg']}") from e
 
 
 @lru_cache(maxsize=1)
@@ -121,7 +128,28 @@ def signal_defs() -> dict[str, SignalDef]:
     try:
         return {name: SignalDef.model_validate(v) for name, v in raw.items()}
     except ValidationError as e:
-        raise CatalogError(f"signals.yaml: {e.errors()[0]['msg']}") from e
+        raise DialectError(f"signals.yaml: {e.errors()[0]['msg']}") from e
+
+
+@lru_cache(maxsize=1)
+def unit_max() -> dict[str, float]:
+    """The most one sample in each share unit can be (signals.yaml `unit_max`: ratio 1, percent 100)."""
+    return _unit_numbers("unit_max")
+
+
+def gauge_max() -> dict[str, float]:
+    """The most a gauge sample in each count unit can plausibly be, summed over a fleet (signals.yaml
+    `gauge_max`); share units are bounded by unit_max instead."""
+    return _unit_numbers("gauge_max")
+
+
+@lru_cache(maxsize=None)
+def _unit_numbers(key: str) -> dict[str, float]:
+    raw = _load_yaml(_HERE / "signals.yaml").get(key, {})
+    numbers = isinstance(raw, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw.values())
+    if not numbers:
+        raise DialectError(f"signals.yaml: {key} must map units to numbers")
+    return {str(k): float(v) for k, v in raw.items()}
 
 
 GPU_DIALECT = "dcgm"

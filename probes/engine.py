@@ -27,16 +27,19 @@ def _get(client: httpx.Client, url: str, path: str) -> httpx.Response:
     return _http.request(client, "GET", url + path, what="engine")
 
 
-def scrape(client: httpx.Client, url: str) -> Scrape:
-    t, text = fetch(client, url)
-    return parse(text, t)
+def scrape(client: httpx.Client, url: str, cfg: HttpConfig | None = None) -> Scrape:
+    """cfg: its caps on the page's bytes and lines (default: HttpConfig's)."""
+    cfg = cfg or HttpConfig()
+    t, text = fetch(client, url, cfg)
+    return parse(text, t, max_lines=cfg.max_metrics_lines)
 
 
-def fetch(client: httpx.Client, url: str) -> tuple[float, str]:
+def fetch(client: httpx.Client, url: str, cfg: HttpConfig | None = None) -> tuple[float, str]:
     """(when it was asked, the /metrics text), unparsed: a caller timing something else in this
-    process parses later, off its hot path."""
+    process parses later, off its hot path. At most cfg.max_metrics_bytes are read."""
     t = time.monotonic()
-    r = _get(client, url, "/metrics")
+    r = _http.request(client, "GET", url + "/metrics", what="engine",
+                      max_bytes=(cfg or HttpConfig()).max_metrics_bytes, raise_with="ADVISOR_MAX_METRICS_BYTES")
     if r.status_code == 404:
         raise ProbeError(f"{url}/metrics returned 404: no metrics endpoint (not an engine, or metrics disabled)")
     if r.status_code in (401, 403):
@@ -57,6 +60,16 @@ def detect(s: Scrape, engine: str | None, url: str) -> Dialect:
     if not found:
         raise NotAnEngine(f"{url}/metrics holds no metrics of a known LLM engine")
     return dialects()[found[0]]
+
+
+def _same_engine(dialect: Dialect, first: Scrape, s: Scrape, which: str, url: str) -> None:
+    """NotAnEngine when a later scrape is no longer the first one's engine (two engines answer on one
+    address, or a proxy alternates): counters of two engines cannot be subtracted."""
+    if dialect.detected_in(s.names) or not dialect.detected_in(first.names):
+        return
+    now = detect_engines(s.names)
+    raise NotAnEngine(f"{url}/metrics changed engine between scrapes: scrape 1 was {dialect.engine}, {which} is "
+                      f"{' and '.join(now) if now else 'no known engine'} (does more than one process answer there?)")
 
 
 def engine_info(client: httpx.Client, url: str, dialect: Dialect, s: Scrape, model: str | None) -> EngineInfo:
@@ -116,7 +129,7 @@ def probe_engine(url: str, window_s: float = 60.0, model: str | None = None, eng
     cfg = http or HttpConfig()
     cfg = cfg.with_(timeout=timeout, auth=userinfo or cfg.auth)
     with _http.client(cfg, transport=transport) as client:
-        first = scrape(client, url)
+        first = scrape(client, url, cfg)
         dialect = detect(first, engine, url)
         scrapes, problems = [first], []
         steps = max(1, min(10, int(window_s)))
@@ -125,10 +138,11 @@ def probe_engine(url: str, window_s: float = 60.0, model: str | None = None, eng
                 progress(i * window_s / steps, window_s)
             sleep(window_s / steps)
             try:
-                scrapes.append(scrape(client, url))
+                scrapes.append(scrape(client, url, cfg))
             except (ProbeError, BadExposition) as e:
                 problems.append(f"scrape {i + 2} of {steps + 1} failed: {e}")
                 break
+            _same_engine(dialect, first, scrapes[-1], f"scrape {i + 2} of {steps + 1}", url)
         if len(scrapes) < 2:
             raise TargetUnreachable(f"engine at {url} stopped answering before a second scrape: {problems[-1]}")
         problems += _delta.notes(scrapes, dialect)  # duplicate series, self-contradicting histograms, counter resets

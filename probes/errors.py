@@ -1,14 +1,11 @@
 """Errors the probes raise. Each carries a one-line message fit for a terminal.
 
-`AdvisorError` is the root of every error the advisor raises on purpose, the probes' included: the
-command line turns any of them into one line and exit 2, and anything else into exit 3 (a bug). It
-lives here, not in `advisor`, because `probes` imports nothing of `advisor`; `advisor.errors`
-re-exports it.
+They derive from `advisor.errors.AdvisorError`, the root of every error raised on purpose: the
+command line turns any of them into one line and exit 2, and anything else into exit 3 (a bug).
+`advisor.errors` is the one module of `advisor` that `probes` imports (ARCHITECTURE.md).
 """
 
-
-class AdvisorError(Exception):
-    """Bad input, an unreachable or misbehaving target, a refused action: the message says which."""
+from advisor.errors import AdvisorError
 
 
 class ProbeError(AdvisorError):
@@ -27,5 +24,5 @@ class BadExposition(ProbeError):
     """The target's /metrics text could not be parsed."""
 
 
-class CatalogError(AdvisorError):
-    """A dialect or signal definition file is malformed."""
+class DialectError(AdvisorError):
+    """A dialect or signal definition file (probes/dialects/, signals.yaml) is malformed."""

@@ -316,7 +316,7 @@ def process_gpu_bytes(pids: set[int], nvml: ModuleType | Any = None) -> int | No
             pass
 
 
-# Sampled per block by an experiment (advisor/experiments/engine_readouts.py): what NVML reads of
+# Sampled per block by an experiment (advisor/experiments/arms/engine_readouts.py): what NVML reads of
 # the devices an arm's engine holds. The DCGM profiling signals (gpu_sm_active_avg ...) need DCGM.
 BLOCK_SIGNALS = ("gpu_util_avg", "gpu_memory_used_frac", "gpu_power_avg")
 

@@ -17,8 +17,10 @@ Nothing here reads the advisor's settings: the advisor builds the `HttpConfig` (
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +35,8 @@ import httpcore
 import httpx
 
 from probes.errors import ProbeError, TargetUnreachable
+from probes.redaction import _SCHEME, redact_text, redact_url  # noqa: F401  (re-exported)
+from probes.exposition import MAX_LINES
 
 TLS_HINT = "give --ca-bundle or --insecure"
 
@@ -71,16 +75,30 @@ class BearerAuth:
 Auth = Union[BasicAuth, BearerAuth]
 
 
+# The most of a target's answer that is read, beyond the body cap of every request: past these a
+# probe stops with one line naming the cap (the advisor's settings raise them: advisor/net.py).
+# Series in one Prometheus answer (about 200 per vLLM replica in the per-replica query, 250 bytes
+# each: near the 64 MiB body cap): ADVISOR_MAX_SERIES
+MAX_SERIES = 250_000
+MAX_METRICS_LINES = MAX_LINES  # lines of one /metrics page: ADVISOR_MAX_METRICS_LINES
+MAX_METRICS_BYTES = 64 * 1024 * 1024  # bytes of one /metrics page: ADVISOR_MAX_METRICS_BYTES
+
+
 @dataclass(frozen=True)
 class HttpConfig:
     """verify: check the server's certificate (off only on an explicit opt-out); ca_bundle: a PEM
     file (or a directory of hashed certificates) trusted instead of the default store; auth: sent
-    with every request; timeout: the total deadline of one request, in seconds."""
+    with every request; timeout: the total deadline of one request, in seconds; max_series,
+    max_metrics_lines, max_metrics_bytes: the most of an answer a probe reads (a Prometheus
+    answer's series, an engine's /metrics lines and bytes)."""
 
     verify: bool = True
     ca_bundle: Path | None = None
     auth: Auth | None = None
     timeout: float = 10.0
+    max_series: int = MAX_SERIES
+    max_metrics_lines: int = MAX_METRICS_LINES
+    max_metrics_bytes: int = MAX_METRICS_BYTES
 
     def with_(self, **changes: Any) -> "HttpConfig":
         return replace(self, **changes)
@@ -95,6 +113,14 @@ def _ssl_context(verify: bool, ca_bundle: Path | None) -> ssl.SSLContext:
         return ctx
     if ca_bundle is None:
         return httpx.create_ssl_context()  # certifi, or SSL_CERT_FILE / SSL_CERT_DIR when set
+    try:
+        mode = os.stat(ca_bundle).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        # OpenSSL would open and read a FIFO until a writer closes it: no deadline covers that.
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise TlsConfigError(f"CA bundle {ca_bundle}: not a regular file ({kind})")
     try:
         if Path(ca_bundle).is_dir():
             return ssl.create_default_context(capath=str(ca_bundle))
@@ -276,11 +302,13 @@ class TooLarge(ProbeError):
     """The answer's body is larger than the limit."""
 
 
-def _read(r: httpx.Response, chunks: list[bytes], size: int, limit: int, url: str, what: str) -> httpx.Response:
+def _read(r: httpx.Response, chunks: list[bytes], size: int, limit: int, url: str, what: str,
+          raise_with: str = "") -> httpx.Response:
     """The answer as an ordinary (read) response, its body already decoded."""
     if size > limit:
+        shown = f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit:,} bytes"
         raise TooLarge(f"{what} at {_base(redact_url(url))} answered {_path(redact_url(url))} with more than "
-                       f"{limit // (1024 * 1024)} MiB: refused")
+                       f"{shown}: refused" + (f" ({raise_with} raises the cap)" if raise_with else ""))
     headers = [(k, v) for k, v in r.headers.multi_items() if k.lower() not in _HOP]
     ext = {k: v for k, v in r.extensions.items() if k in ("http_version", "reason_phrase")}
     return httpx.Response(r.status_code, headers=headers, content=b"".join(chunks), request=r.request, extensions=ext)
@@ -296,11 +324,11 @@ def _userinfo_as_auth(url: str, kw: dict) -> tuple[str, dict]:
 
 
 def request(c: httpx.Client, method: str, url: str, *, what: str = "server", timeout: float | None = None,
-            max_bytes: int = MAX_BODY_BYTES, **kw: Any) -> httpx.Response:
+            max_bytes: int = MAX_BODY_BYTES, raise_with: str = "", **kw: Any) -> httpx.Response:
     """Send one request and read its whole answer within `timeout` seconds in all (default: the
     client's), connect, headers and body together, and at most `max_bytes` of body. Any HTTP
     status is returned; a failure to get one is raised as one line (TargetUnreachable, TlsError,
-    TooLarge)."""
+    TooLarge, which names `raise_with`: how to raise the cap)."""
     total = float(timeout if timeout is not None else (c.timeout.read or 10.0))
     url, kw = _userinfo_as_auth(url, kw)
     try:
@@ -311,7 +339,7 @@ def request(c: httpx.Client, method: str, url: str, *, what: str = "server", tim
                 size += len(chunk)
                 if size > max_bytes:
                     break
-            return _read(r, chunks, size, max_bytes, url, what)
+            return _read(r, chunks, size, max_bytes, url, what, raise_with)
     except (httpx.HTTPError, httpx.InvalidURL, httpcore.TimeoutException) as e:
         raise unreachable(e, url, what, total) from e
 
@@ -399,9 +427,6 @@ def _path(url: str) -> str:
 
 # --- URLs and secrets -------------------------------------------------------------------------------
 
-_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)([^/?#]*)(.*)$", re.S)
-# User info ends at the last "@" before the host; it never spans a quote or a space (JSON, prose).
-_USERINFO_IN_TEXT = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^\s/?#\"'<>\\]*@")
 
 
 def split_userinfo(url: str) -> tuple[str, BasicAuth | None]:
@@ -431,24 +456,3 @@ def check_url(url: str, option: str = "URL") -> str:
     if port is not None and not 0 < port < 65536:
         raise BadUrl(f"{option} {redact_url(url)!r}: port {port} is out of range")
     return url
-
-
-def redact_url(url: object, hide_path: bool = False) -> str:
-    """The URL with any user info shown as `***`; with hide_path, its path, query and fragment too
-    (a webhook URL's path is its secret). Never raises."""
-    s = url if isinstance(url, str) else str(url)
-    m = _SCHEME.match(s)
-    if not m:
-        return redact_text(s)
-    scheme, netloc, rest = m.groups()
-    userinfo, at, hostport = netloc.rpartition("@")
-    shown = f"{scheme}{'***@' if at else ''}{hostport}"
-    if hide_path:
-        return shown + ("/***" if rest.strip("/") else rest)
-    return shown + redact_text(rest)
-
-
-def redact_text(text: object) -> str:
-    """Free text with the user info of every URL in it shown as `***`. Never raises."""
-    s = text if isinstance(text, str) else str(text)
-    return _USERINFO_IN_TEXT.sub(r"\1***@", s)

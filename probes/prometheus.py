@@ -20,13 +20,16 @@ from typing import Union
 
 import httpx
 
-from probes import _missing, _primitives, _promql, _replicas
+from probes import _missing, _primitives, _promql, _replicas, _sense
 from probes import http as _http
-from probes._promql import Primitive, SignalPlan
+from probes._promql import Primitive, SignalPlan, duration, selector
 from probes.catalog import GPU_DIALECT, Dialect, detect_engines, dialects, signal_unit, signals_for
 from probes.errors import NotAnEngine, ProbeError
+from probes.exposition import series_text
 from probes.http import HttpConfig
 from probes.snapshot import EngineInfo, GpuDevice, GpuStatus, Signal, Snapshot
+
+__all__ = ["PrometheusClient", "duration", "probe_prometheus", "selector"]
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +55,9 @@ class _Rejected(ProbeError):
         self.detail = detail
 
 
-class _Client:
-    """Instant queries POSTed as a form (no URL length limit; GET where POST is refused), one retry
+class PrometheusClient:
+    """The one Prometheus client (the probe, the workload read from telemetry, the demo stack's
+    Prometheus all use it). Instant queries POSTed as a form (no URL length limit; GET where POST is refused), one retry
     on 502/503/504, a count of every HTTP request (retries included), and our error types. Requests
     go through probes.http: TLS verified unless the config opts out, its credentials (or those in
     the URL's user info, which never reach a message), and a total deadline per request."""
@@ -72,7 +76,7 @@ class _Client:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "_Client":
+    def __enter__(self) -> "PrometheusClient":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -118,9 +122,23 @@ class _Client:
             raise _Rejected(f"Prometheus rejected a query ({detail}){_auth_hint(resp.status_code)}: {shown}",
                             resp.status_code, detail)
         try:
-            return resp.json()["data"]["result"]
+            result = resp.json()["data"]["result"]
         except (ValueError, KeyError, TypeError) as e:  # a 200 that is not a Prometheus answer
             raise ProbeError(f"{self.url} does not answer like a Prometheus server: {str(e)[:200]}") from e
+        if isinstance(result, list) and len(result) > self.cfg.max_series:
+            # Before any row is read: the work after this grows with every series.
+            raise ProbeError(f"Prometheus at {self.url} answered a query with {len(result):,} series, more than the "
+                             f"cap of {self.cfg.max_series:,} (ADVISOR_MAX_SERIES raises it; a per-replica query "
+                             "holds about 200 series per vLLM replica, --model narrows it to one model)")
+        return result
+
+    def ready(self) -> bool:
+        """Whether the server answers /-/ready with 200 (started, its TSDB loaded): a server that is
+        not listening yet, or answers otherwise, is not ready."""
+        try:
+            return self._once("GET", self.url + "/-/ready", None).status_code == 200
+        except ProbeError:
+            return False
 
     def metric_names(self) -> set[str]:
         path = "/api/v1/label/__name__/values"
@@ -208,7 +226,7 @@ def _with_one(chosen: set[str], resolved: dict[str, list[str]]) -> set[str]:
     return chosen or ({"request_rate"} & set(resolved)) or set(sorted(resolved)[:1])
 
 
-def _fetch(client: _Client, breakdowns: list[_Breakdown], at: datetime | None,
+def _fetch(client: PrometheusClient, breakdowns: list[_Breakdown], at: datetime | None,
            pool: ThreadPoolExecutor) -> tuple[dict[Primitive, list[dict]], list[str]]:
     """The rows of every primitive: one query per breakdown (its primitives tagged and OR-ed), in
     parallel. Where Prometheus refuses a combined query with a 4xx that splitting can get around
@@ -238,7 +256,7 @@ def _fetch(client: _Client, breakdowns: list[_Breakdown], at: datetime | None,
     return rows, notes
 
 
-def _combined(client: _Client, prims: list[Primitive], at: datetime | None) -> tuple[dict[Primitive, list[dict]], list[str]]:
+def _combined(client: PrometheusClient, prims: list[Primitive], at: datetime | None) -> tuple[dict[Primitive, list[dict]], list[str]]:
     """The rows of each primitive, checked (_primitives.checked_rows: a vector, each series once),
     and notes on what the answer got wrong."""
     if len(prims) == 1:
@@ -256,13 +274,18 @@ def _combined(client: _Client, prims: list[Primitive], at: datetime | None) -> t
 
 
 def _signal(plan: SignalPlan, v: float, window_s: float, note: str | None,
-            bucket: tuple[float, float] | None = None) -> Signal:
+            bucket: tuple[float, float] | None = None, refused: str | None = None,
+            dialect: Dialect | None = None) -> Signal:
+    """refused: why a row the signal read cannot be (_refused_rows); the value itself is checked too."""
     unit = signal_unit(plan.name)
+    refused = refused or (_sense.check_signal(plan.name, plan.sdef, dialect, v, plan.source) if dialect else None)
+    if refused:
+        return Signal(name=plan.name, unit=unit, window_s=window_s, source=plan.source, missing=refused)
     if math.isfinite(v):
         return Signal(name=plan.name, value=v, unit=unit, window_s=window_s, source=plan.source, note=note,
                       bucket=bucket)
     if math.isnan(v):
-        why = _primitives.why_empty(plan.sdef.op)
+        why = _primitives.why_empty(plan.sdef)
     else:  # quantiles are always finite here (bucket_quantile); a ratio or mean over a zero denominator
         why = "infinite: a division by zero"
     return Signal(name=plan.name, unit=unit, window_s=window_s, source=plan.source, missing=why)
@@ -274,8 +297,10 @@ def _signals(b: _Breakdown, rows: dict[Primitive, list[dict]], model: str | None
     empty is missing: no series."""
     out: dict[tuple, dict[str, Signal]] = {}
     answers = {p: _primitives.Answer(rows[p], b.by) for p in b.prims}
+    checked: dict[tuple, dict[tuple, str]] = {}
     for name, plan in b.plans.items():
         got = _primitives.compute(plan, [answers[p] for p in plan.prims])
+        refused = _refused_rows(b, plan, answers, checked)
         buckets = (_primitives.quantile_buckets(plan.sdef, [answers[p].buckets for p in plan.prims])
                    if plan.sdef.op == "quantile" else {})
         if b.by is None and () not in got:
@@ -284,7 +309,33 @@ def _signals(b: _Breakdown, rows: dict[Primitive, list[dict]], model: str | None
                                                   source=plan.source, missing=why)
             continue
         for g, (v, note) in got.items():
-            out.setdefault(g, {})[name] = _signal(plan, v, window_s, note, buckets.get(g))
+            out.setdefault(g, {})[name] = _signal(plan, v, window_s, note, buckets.get(g), refused.get(g), b.dialect)
+    return out
+
+
+def _refused_rows(b: _Breakdown, plan: SignalPlan, answers: dict[Primitive, _primitives.Answer],
+                  checked: dict[tuple, dict[tuple, str]]) -> dict[tuple, str]:
+    """Per group, why a row the signal reads cannot be (probes/_sense.py: a negative rate or gauge, a
+    share above its whole), naming the primitive, the row's labels and its value; each primitive's
+    rows are read once per way of reading them."""
+    out: dict[tuple, str] = {}
+    for key, prim in zip(_sense.operand_keys(plan.sdef), plan.prims):
+        k = (prim, key, plan.sdef.op)
+        if k not in checked:
+            spec, found = b.dialect.metrics[key], {}
+            for r in answers[prim].rows:
+                labels = r.get("metric", {})
+                g = _primitives.group_key(labels, b.by)
+                if g in found:
+                    continue
+                shown = tuple(sorted((n, v) for n, v in labels.items() if n != _promql.PART_LABEL and v))
+                why = _sense.check(spec, series_text(prim.expr, shown), _primitives.value_of(r), plan.sdef.op,
+                                   combined=True)
+                if why:
+                    found[g] = why
+            checked[k] = found
+        for g, why in checked[k].items():
+            out.setdefault(g, why)
     return out
 
 
@@ -339,11 +390,11 @@ def probe_prometheus(url: str, window_s: float = 60.0, model: str | None = None,
     replica and per GPU too (True), none (False), or only the named ones (and one more where none
     is a signal of the engine or the GPU, so that replicas and GPUs are still counted). http: TLS
     and credentials (default: verified TLS, no credentials); timeout is each request's deadline."""
-    with _Client(url, timeout, http) as client:
+    with PrometheusClient(url, timeout, http) as client:
         return _probe(client, window_s, model, at, engine, per_replica)
 
 
-def _probe(client: _Client, window_s: float, model: str | None, at: datetime | None, engine: str | None,
+def _probe(client: PrometheusClient, window_s: float, model: str | None, at: datetime | None, engine: str | None,
            per_replica: PerReplica) -> Snapshot:
     available = client.metric_names()
     engines = [engine] if engine else detect_engines(available)

@@ -10,6 +10,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 INTERPOLATED = "interpolated from histogram buckets"
+# Why a signal whose metrics exist has no value (Signal.missing): a counter or histogram counted
+# nothing in the window, or a gauge had no samples in it.
+NO_TRAFFIC = "no traffic in the window"
+NO_SAMPLES = "no samples in the window"
 
 
 class Signal(BaseModel):

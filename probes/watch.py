@@ -49,7 +49,7 @@ class Watch:
         into `info`."""
         self._client = _http.client(self._cfg, transport=self._transport)
         try:
-            first = scrape(self._client, self.url)
+            first = scrape(self._client, self.url, self._cfg)
             self.dialect = detect(first, self._engine, self.url)
             if describe:
                 self.info = engine_info(self._client, self.url, self.dialect, first, self._model)
@@ -66,7 +66,7 @@ class Watch:
         # caller's load generator in this process timestamps tokens meanwhile.
         while not self._done.wait(self._every):
             try:
-                got = fetch(self._client, self.url)
+                got = fetch(self._client, self.url, self._cfg)
             except Exception as e:  # noqa: BLE001 - a scrape lost is a note, never the caller's failure
                 self.problems.append(str(e) or type(e).__name__)
                 continue
@@ -88,7 +88,7 @@ class Watch:
             self._thread.join(timeout=10)
         try:
             try:
-                last = scrape(self._client, self.url)
+                last = scrape(self._client, self.url, self._cfg)
             except (ProbeError, BadExposition) as e:
                 self.problems.append(f"last scrape failed: {e}")
             else:
@@ -100,7 +100,7 @@ class Watch:
             raw = list(self._raw)
         for t, text in raw:
             try:
-                self._scrapes.append(parse(text, t))
+                self._scrapes.append(parse(text, t, max_lines=self._cfg.max_metrics_lines))
             except BadExposition as e:
                 self.problems.append(f"a scrape could not be parsed: {e}")
         scrapes = sorted(self._scrapes, key=lambda s: s.t)

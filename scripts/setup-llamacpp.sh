@@ -22,7 +22,16 @@ tools="llama-server llama-quantize llama-imatrix"
 
 log() { printf '[setup-llamacpp] %s\n' "$*" >&2; }
 
-built() { for t in $tools; do [ -x "$prefix/bin/$t" ] || return 1; done; }
+# What the build is made with: a cached build made otherwise (an older script) is rebuilt.
+# AMX off: on a host with amx_int8 (Sapphire Rapids), -march=native compiles ggml's AMX kernels in,
+# and llama-server died of SIGSEGV in ggml_backend_amx_mul_mat on the tiny model's first decode.
+flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+stamp="GGML_NATIVE=ON $flags"
+
+built() {
+  for t in $tools; do [ -x "$prefix/bin/$t" ] || return 1; done
+  [ "$(cat "$prefix/BUILD" 2>/dev/null)" = "$stamp" ]
+}
 
 if ! built; then
   if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then
@@ -43,7 +52,8 @@ if ! built; then
   # cached alone; tuned for this CPU (GGML_NATIVE), as the engine runs where it is built.
   cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON >"$work/cmake.log" 2>&1 \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON \
+    -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" >"$work/cmake.log" 2>&1 \
     || { tail -30 "$work/cmake.log" >&2; exit 1; }
   # shellcheck disable=SC2086
   cmake --build "$work/build" -j "$(nproc)" --target $tools >"$work/build.log" 2>&1 \
@@ -51,6 +61,7 @@ if ! built; then
   mkdir -p "$prefix.tmp/bin"
   for t in $tools; do cp "$work/build/bin/$t" "$prefix.tmp/bin/"; done
   echo "llama-cpp-python==$version vendor/llama.cpp" > "$prefix.tmp/SOURCE"
+  echo "$stamp" > "$prefix.tmp/BUILD"
   rm -rf "$prefix"
   mv "$prefix.tmp" "$prefix"
   log "built: $prefix/bin"

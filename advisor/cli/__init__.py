@@ -22,7 +22,7 @@ from advisor.cli._app import app, debug_enabled
 from advisor.cli._common import EXIT_FAILED, EXIT_INTERNAL, err
 from advisor.errors import AdvisorError
 from advisor.escape import one_line, plain
-from probes.http import redact_text
+from probes.redaction import redact_text
 
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 
-from advisor import escape, interrupts, net
+from advisor import escape
+from advisor.option_help import ENGINE_CREDENTIALS_HELP, PROM_CREDENTIALS_HELP
 from advisor.errors import AdvisorError
-from advisor.net import ENGINE_CREDENTIALS_HELP, PROM_CREDENTIALS_HELP
 from advisor.settings import get_settings
-from advisor.units import parse_duration, parse_time
-from probes import Snapshot, probe_engine, probe_prometheus
-from probes.errors import BadExposition, CatalogError
-from probes.http import redact_text
+from probes.redaction import redact_text
+
+if TYPE_CHECKING:
+    from probes import Snapshot
 
 # A pipe or CI log gets a fixed, readable width instead of rich's 80-column fallback.
 out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 140)
@@ -78,41 +78,22 @@ def fail(message: str) -> typer.Exit:
 
 def take_snapshot(prom_url: str | None, url: str | None, window: str | None, model: str | None,
                   at: str | None, engine: str | None, per_replica: bool | set[str] = True) -> Snapshot:
-    """One snapshot from exactly one source; every failure becomes a one-line error and exit 2.
-    per_replica: which signals Prometheus breaks down by replica (all, or those a caller reads)."""
-    settings = get_settings()
-    if bool(prom_url) == bool(url):
-        raise fail("give exactly one of --prom-url (a Prometheus server) or --url (an engine)")
-    try:
-        window_s = parse_duration(window or settings.window)
-        when = parse_time(at) if at else None
-    except ValueError as e:
-        raise fail(str(e)) from None
-    if when and url:
-        raise fail("--at needs --prom-url: an engine's /metrics only tells the present")
-    try:
-        # Credentials in the URL are split off here: only the credential-free URL goes further.
-        if prom_url:
-            prom_url, http = net.target(prom_url, "prom", "--prom-url")
-            with interrupts.budget(probe_budget(None, settings.timeout), "reading Prometheus"):
-                return probe_prometheus(prom_url, window_s=window_s, model=model, at=when, engine=engine,
-                                        timeout=settings.timeout, per_replica=per_replica, http=http)
-        url, http = net.target(url, "engine", "--url")
+    """The snapshot service with the terminal's progress; every failure one line and exit 2."""
+    from advisor.app.snapshot import Source, take
 
-        def progress(done: float, total: float) -> None:
-            err.print(f"[dim]sampling {escape.markup(url)}/metrics: {done:.0f}/{total:.0f}s[/]", highlight=False)
+    def progress(target: str, done: float, total: float) -> None:
+        err.print(f"[dim]sampling {escape.markup(target)}/metrics: {done:.0f}/{total:.0f}s[/]", highlight=False)
 
-        with interrupts.budget(probe_budget(window_s, settings.timeout), f"sampling {url}"):
-            return probe_engine(url, window_s=window_s, model=model, engine=engine, timeout=settings.timeout,
-                                progress=progress, http=http)
-    except (AdvisorError, BadExposition, CatalogError) as e:
+    try:
+        return take(Source(prom_url=prom_url, url=url, window=window, model=model, at=at, engine=engine),
+                    per_replica=per_replica, progress=progress)
+    except AdvisorError as e:
         raise fail(str(e)) from None
 
 
-def probe_budget(window_s: float | None, timeout: float) -> float:
-    """The most a snapshot may take, stated in --help: each request is bounded by the timeout, and
-    a probe makes a few rounds of them (Prometheus: names, combined queries, split queries; an
-    engine: the window's scrapes plus /version and /v1/models)."""
-    return (window_s or 0.0) + 6 * timeout + 10
+class Baseline(str, Enum):
+    """The baseline arm of an experiment with parallel local arms (LocalLauncher's `baseline`)."""
 
-
+    auto = "auto"
+    fresh = "fresh"
+    found = "found"

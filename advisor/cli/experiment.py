@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from advisor.cli._app import app
-from advisor.cli._common import EXIT_OK, Output, PricePerHour, err, fail, out
+from advisor.ranges import BLOCKS_MAX, STORE_ID_MAX, WARMUP_MAX
+from advisor.cli._common import EXIT_OK, Baseline, Output, PricePerHour, err, fail, out
 
 Deployment = Annotated[Path, typer.Option("--deployment", help="Deployment YAML: engine, model, launcher (local: command, args, env, port, arms, owns_process: whether the advisor may stop the process found serving the port; endpoints: baseline and candidate URLs).")]
 
@@ -32,7 +33,7 @@ def experiment(
     value: Annotated[Optional[str], typer.Option("--value", help="The candidate's value (JSON or text: 8, true, fp8, '{\"method\": \"ngram\"}'); for quantization, the candidate's model file or folder (a GGUF, a safetensors checkpoint), swapped in for the baseline's and nothing else. Default: derived from what the baseline runs and the direction the knob's catalog entry (or the diagnosis's check) prescribes; a candidate equal to the baseline is refused.")] = None,
     workload_file: Annotated[Optional[Path], typer.Option("--workload", help="Workload YAML replayed on both arms. Default: one suited to the mechanism.")] = None,
     from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from the deployment's own telemetry in this Prometheus.")] = None,
-    blocks: Annotated[Optional[int], typer.Option("--blocks", min=2, help="Most blocks per arm (interleaved A B B A ...), at least 2; the block is the unit of replication. Default: planned for --effect at 80% power from the target's A/A calibration (or a stated conservative default).")] = None,
+    blocks: Annotated[Optional[int], typer.Option("--blocks", min=2, max=BLOCKS_MAX, help="Most blocks per arm (interleaved A B B A ...), at least 2; the block is the unit of replication. Default: planned for --effect at 80% power from the target's A/A calibration (or a stated conservative default).")] = None,
     block_requests: Annotated[Optional[int], typer.Option("--block-requests", min=1, help="Requests per block. Default: the workload's (32 for the default workload), raised where a p95/p99 primary needs more samples beyond it; given, a design that cannot have them is refused.")] = None,
     effect: Annotated[float, typer.Option("--effect", min=0.01, max=5.0, help="The effect the plan must detect at 80% power, as a fraction of the primary (0.3: a ratio of 1.3).")] = 0.3,
     fixed: Annotated[bool, typer.Option("--fixed", help="Run every planned block (one look at the end) instead of stopping at the first decisive look.")] = False,
@@ -41,9 +42,9 @@ def experiment(
     concurrency: Annotated[int | None, typer.Option(
         "--concurrency", min=1, help="Requests in flight with the default workload: 8, or for max_num_seqs the "
                               "candidate's slot count, so that only the baseline queues.")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Requests sent to each arm before its first block, not measured (0 for none).")] = 16,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, max=WARMUP_MAX, help="Requests sent to each arm before its first block, not measured (0 for none).")] = 16,
     direction: Annotated[Optional[str], typer.Option("--direction", help="Which way a diagnosis check moves the mechanism (up, down, on, off); the derived candidate follows it. Default: the knob catalog's.")] = None,
-    diagnosis_id: Annotated[Optional[int], typer.Option("--diagnosis", min=1, help="Link the stored experiment to this saved diagnosis (the dashboard's 'prove this check').")] = None,
+    diagnosis_id: Annotated[Optional[int], typer.Option("--diagnosis", min=1, max=STORE_ID_MAX, help="Link the stored experiment to this saved diagnosis (the dashboard's 'prove this check').")] = None,
     readout_signal: Annotated[Optional[str], typer.Option("--readout", help="Primary readout as a signal name (ttft_p95, tpot_p95, e2e_p99...). Default: the mechanism's.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (both arms' argv, workload, blocks, guardrails) and touch nothing.")] = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep every block's samples in the store.")] = True,
@@ -52,6 +53,7 @@ def experiment(
     max_error_rate: Annotated[Optional[float], typer.Option("--max-error-rate", min=0.0, max=1.0, help="Guardrail: abort when a block's share of failed requests is above this (0-1). Default: the deployment's guardrails.max_error_rate, else 0.2.")] = None,
     output: Annotated[Output, typer.Option("--output", "-o", help="text, or json with verdict, primary_metric, ratio, ci, metrics and manifest.")] = Output.text,
     price_per_hour: PricePerHour = None,
+    baseline: Annotated[Baseline, typer.Option("--baseline", help="The baseline arm with parallel local arms: auto (a fresh replica, started like the candidate, when the engine found serving has traffic of its own and the host has room; refused before anything starts when it has not), fresh (always such a replica), found (the engine found serving, its outside traffic counted per block). local.baseline_port always means fresh.")] = Baseline.auto,
 ) -> None:
     """Run baseline against a candidate that changes exactly one mechanism, on the same workload, and judge it.
 
@@ -62,63 +64,29 @@ def experiment(
     from the spec); arms: parallel never stops the baseline.
     Exit codes: 0 finished (any verdict), 1 aborted (guardrail or interrupt), 2 could not start (bad input).
     """
+    from advisor.app import experiment as service
     from advisor.errors import AdvisorError
     from advisor.escape import json_text
-    from advisor.experiments import planning, session
-    from advisor.experiments.deployment import load_deployment
-    from advisor.experiments.setup import DesignError, design, effective_guardrails
     from advisor.reports.experiment_text import render, render_plan, render_plans
-    from advisor.units import parse_duration
-    from advisor.workload.spec import load_workload
 
     try:
-        dep = load_deployment(deployment)
-        from advisor.cost import price_for
-
-        price = price_for(price_per_hour, (dep.cost, f"deployment spec {deployment}"))
-        if workload_file and from_prom:
-            raise DesignError("give at most one of --workload and --from-prom")
-        try:
-            duration_s = parse_duration(max_duration) if max_duration is not None else None
-        except ValueError as e:
-            raise DesignError(f"--max-duration: {e}") from None
-        workload = load_workload(workload_file) if workload_file else None
-        if from_prom:
-            from advisor import net
-            from advisor.workload.telemetry import workload_from_prometheus
-
-            prom, prom_http = net.target(from_prom, "prom", "--from-prom")  # credentials split off here
-            workload = workload_from_prometheus(prom, http=prom_http)
-        guardrails = effective_guardrails(dep, max_duration_s=duration_s, max_requests=max_requests,
-                                          max_error_rate=max_error_rate)
-        cal = session.stored_calibration(dep)
+        request = service.ExperimentRequest(
+            deployment=deployment, mechanism=mechanism, value=value, workload=workload_file, from_prom=from_prom,
+            blocks=blocks, block_requests=block_requests, effect=effect, fixed=fixed, aa=aa, concurrency=concurrency,
+            warmup=warmup, direction=direction, diagnosis_id=diagnosis_id, readout=readout_signal, save=save,
+            max_duration=max_duration, max_requests=max_requests, max_error_rate=max_error_rate,
+            price_per_hour=price_per_hour, baseline=baseline.value)
         if plan_only and not mechanism and not aa:
-            render_plans(planning.table(cal, effect, block_requests), out, output is Output.json)
+            render_plans(service.plans(request), out, output is Output.json)
             raise typer.Exit(EXIT_OK)
-        if not mechanism and not aa:
-            raise DesignError("give --mechanism (the knob to change), or --aa for an A/A run, or --plan")
-        from advisor.knobs import DIRECTIONS
-
-        if direction is not None and direction not in DIRECTIONS:
-            raise DesignError(f"--direction {direction!r}: use one of {', '.join(DIRECTIONS)}")
-        if aa and (mechanism or value):
-            raise DesignError("--aa runs the baseline's own configuration on both arms: give no --mechanism or --value")
-        d = design(dep, mechanism, value, workload, blocks=blocks, block_requests=block_requests,
-                   concurrency=concurrency, readout_signal=readout_signal, warmup=warmup, guardrails=guardrails,
-                   sequential=not fixed, effect=effect, aa=aa, calibration=cal, direction=direction)
         if dry_run or plan_only:
+            d = service.design(request)
             if output is Output.json:
-                print(json_text({"dry_run": True, "plan": d.describe(), "baseline_argv": d.baseline_args,
-                                 "candidate_argv": d.candidate_args, "max_blocks_per_arm": d.blocks_per_arm,
-                                 "requests_per_block": len(d.requests), "first_look": d.stopping.first_look,
-                                 "sequential": d.stopping.sequential}))
+                print(json_text(service.summary(d).model_dump(mode="json")))
             else:
                 render_plan(d, out)
             raise typer.Exit(EXIT_OK)
-        result = session.run(d, save=save, say=_say("\\[experiment] "), note=_recovered, diagnosis_id=diagnosis_id,
-                             price=price)
-    except session.KeyboardInterruptWithResult as e:  # the baseline was restored: report what was found
-        result = e.result
+        result = service.run(request, say=_say("\\[experiment] "), note=_recovered)
     except AdvisorError as e:
         raise fail(str(e)) from None
     if output is Output.json:
@@ -140,10 +108,10 @@ def recover(deployment: Deployment) -> None:
     Exit codes: 0 restored or nothing to do, 2 could not restore.
     """
     from advisor.errors import AdvisorError
-    from advisor.experiments.deployment import load_deployment
-    from advisor.experiments.journal import Journal, TargetLock
-    from advisor.experiments.recovery import recover as do_recover
-    from advisor.experiments.session import checked_state_dir
+    from advisor.experiments.design.deployment import load_deployment
+    from advisor.experiments.arms.journal import Journal, TargetLock
+    from advisor.experiments.arms.recovery import recover as do_recover
+    from advisor.experiments.run.session import checked_state_dir
 
     try:
         dep = load_deployment(deployment)

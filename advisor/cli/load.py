@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from advisor import escape, interrupts, net
+from advisor import escape, interrupts
 from advisor.cli._app import app
 from advisor.cli._common import EXIT_OK, Output, check_store_early, err, fail, out, positive_finite
+from advisor.option_help import ENGINE_CREDENTIALS_HELP, PROM_CREDENTIALS_HELP
 from advisor.errors import AdvisorError
 from advisor.loadgen.loop import run_load
 from advisor.settings import get_settings
-from probes.http import HttpConfig, request
-from probes.http import client as http_client
+
+if TYPE_CHECKING:
+    from probes.http import HttpConfig
 
 
 def _model_of(target: str, http: HttpConfig) -> str:
     """The target's first served model, asked within one request deadline."""
+    from probes.http import client as http_client
+    from probes.http import request
+
     try:
         with http_client(http) as c:
             r = request(c, "GET", target.rstrip("/") + "/v1/models", what="engine")
@@ -29,6 +34,25 @@ def _model_of(target: str, http: HttpConfig) -> str:
         raise fail(f"{e}; or give --model") from None
     except (ValueError, KeyError, IndexError, TypeError):
         raise fail(f"{target}/v1/models lists no model: give --model") from None
+
+
+def _context_of(target: str, model: str, http: HttpConfig) -> int | None:
+    """The served model's context window (vLLM's max_model_len in /v1/models), or None when the
+    target does not say: the check it feeds is then skipped, never a reason to stop."""
+    from probes.http import client as http_client
+    from probes.http import request
+
+    try:
+        with http_client(http) as c:
+            r = request(c, "GET", target.rstrip("/") + "/v1/models", what="engine")
+        data = r.json().get("data") if r.status_code == 200 else None
+    except (AdvisorError, ValueError, AttributeError):
+        return None
+    for m in data if isinstance(data, list) else []:
+        n = m.get("max_model_len") if isinstance(m, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0 and m.get("id") in (model, None):
+            return n
+    return None
 
 
 PREPARE_BUDGET_S = 120.0
@@ -42,9 +66,9 @@ def run_budget(job) -> float:
 
 @app.command()
 def load(
-    target: Annotated[str, typer.Option("--target", help="The engine's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000. " + net.ENGINE_CREDENTIALS_HELP)],
+    target: Annotated[str, typer.Option("--target", help="The engine's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000. " + ENGINE_CREDENTIALS_HELP)],
     workload_file: Annotated[Optional[Path], typer.Option("--workload", help="A workload YAML: buckets, prefix, arrival, cancellation, duration, seed.")] = None,
-    from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from this Prometheus: the deployment's own length histograms, prefix hit rate and arrival rate. " + net.PROM_CREDENTIALS_HELP)] = None,
+    from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="Build the workload from this Prometheus: the deployment's own length histograms, prefix hit rate and arrival rate. " + PROM_CREDENTIALS_HELP)] = None,
     from_trace: Annotated[Optional[Path], typer.Option("--from-trace", help="Replay a trace: JSONL (timestamp, prompt_tokens, output_tokens, prefix_id), Mooncake JSONL or Azure CSV.")] = None,
     duration: Annotated[Optional[str], typer.Option("--duration", help="Run length, e.g. 60s or 5m (overrides the workload's).")] = None,
     rate: Annotated[Optional[float], typer.Option("--rate", callback=positive_finite, help="Requests per second, above 0 (overrides the workload's open-loop rate).")] = None,
@@ -76,6 +100,9 @@ def load(
         duration_s = parse_duration(duration) if duration else None
         warmup_s = parse_duration(warmup, allow_zero=True) if warmup else None
         window_s = parse_duration(window)
+        # The load generator's own ceilings (advisor/units.py), before any workload is read or planned.
+        execute.check_options(duration_s=duration_s, rate=rate, concurrency=concurrency, warmup_s=warmup_s,
+                              window_s=window_s)
     except ValueError as e:
         raise fail(str(e)) from None
     if export:  # before the run: a bad destination must not cost the results
@@ -84,6 +111,8 @@ def load(
         except execute.LoadError as e:
             raise fail(str(e)) from None
     check_store_early(save)
+    from advisor import net
+
     try:  # credentials in the URLs are split off here: only the credential-free URLs go further
         target, http = net.target(target, "engine", "--target")
         from_prom, prom_http = net.target(from_prom, "prom", "--from-prom") if from_prom else (None, None)
@@ -97,6 +126,7 @@ def load(
                                   duration_s=duration_s, rate=rate, concurrency=concurrency, window_s=window_s,
                                   warmup_s=warmup_s, model=model or None, timeout=settings.timeout,
                                   model_lookup=lambda t, timeout: _model_of(t, http.with_(timeout=timeout)),
+                                  context_lookup=lambda t, m, timeout: _context_of(t, m, http.with_(timeout=timeout)),
                                   http=http, prom_http=prom_http)
     except (WorkloadError, execute.LoadError) as e:
         raise fail(str(e)) from None

@@ -54,7 +54,7 @@ def _served(url: str | None, deployment: Path | None) -> Path:
         engine, _ = net.target(url, "engine", "--url")
         name, source = served_weights(engine)
     else:
-        from advisor.experiments.deployment import load_deployment
+        from advisor.experiments.design.deployment import load_deployment
         from advisor.knobs import model_flags
 
         dep = load_deployment(deployment)

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from advisor.cli._app import app
+from advisor.ranges import STORE_ID_MAX
 from advisor.cli._common import err, fail
 from advisor.errors import AdvisorError
 from advisor.settings import get_settings
@@ -28,7 +29,7 @@ def _write(out: Path, text: str) -> None:
 
 
 @report_app.command("diagnosis")
-def report_diagnosis(diagnosis_id: Annotated[int, typer.Argument(help="A saved diagnosis' id (diagnose --save "
+def report_diagnosis(diagnosis_id: Annotated[int, typer.Argument(min=1, max=STORE_ID_MAX, help="A saved diagnosis' id (diagnose --save "
                                                                         "prints it; the dashboard shows it).")],
                      out: Out) -> None:
     """A saved diagnosis: symptoms with evidence and PromQL, ranked checks, and for each experiment
@@ -46,7 +47,7 @@ def report_diagnosis(diagnosis_id: Annotated[int, typer.Argument(help="A saved d
 
 
 @report_app.command("experiment")
-def report_experiment(experiment_id: Annotated[int, typer.Argument(help="A stored experiment's id.")],
+def report_experiment(experiment_id: Annotated[int, typer.Argument(min=1, max=STORE_ID_MAX, help="A stored experiment's id.")],
                       out: Out) -> None:
     """A stored experiment: its verdict, every readout with its interval, the looks, the client and
     server readouts per arm and per block, the design and the manifest. HTML (with its forest plot
@@ -77,7 +78,7 @@ def report_weekly(out: Out, config: ConfigOpt = None,
     Reads each deployment's Prometheus (at past instants) and the store. A deployment whose
     Prometheus cannot be read gets a line saying so; the others are reported."""
     from advisor.fleet.config import load_config
-    from advisor.fleet.weekly import weekly_report
+    from advisor.app.weekly import weekly_report
     from advisor.reports.documents import format_of
     from advisor.store import open_store
     from advisor.units import parse_duration
@@ -85,7 +86,10 @@ def report_weekly(out: Out, config: ConfigOpt = None,
     try:
         fmt = format_of(out)
         try:
-            period = parse_duration(since)
+            from advisor.fleet.config import REPORT_PERIOD_WHY
+            from advisor.units import MAX_REPORT_PERIOD_S, check_ceiling
+
+            period = check_ceiling(parse_duration(since), MAX_REPORT_PERIOD_S, "the period", REPORT_PERIOD_WHY)
         except ValueError as e:
             raise AdvisorError(f"--since: {e}") from None
         cfg = load_config(config)

@@ -7,10 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from advisor import escape
 from advisor.cli._app import app
 from advisor.cli._common import err, fail
 from advisor.errors import AdvisorError
-from advisor.settings import get_settings
 
 
 @app.command()
@@ -25,26 +25,13 @@ def serve(
     /openapi.json); and the schedule.
 
     Actions (diagnose now, start an experiment) need ADVISOR_API_TOKEN, sent as
-    'Authorization: Bearer ...'; without it they are disabled and say so. Stop with Ctrl-C: running
-    experiments restore their baselines first."""
-    import logging
+    'Authorization: Bearer ...'; without it they are disabled and say so. A request body over
+    ADVISOR_MAX_BODY_BYTES (default 4 MiB) is refused with 413 before its token is checked. Stop
+    with Ctrl-C: running experiments restore their baselines first."""
+    from advisor.web.serve import serve as run
 
-    import uvicorn
-
-    from advisor.fleet.config import load_config
-    from advisor.fleet.schedule import Scheduler
-    from advisor.web import create_app
-
-    settings = get_settings()
-    token = settings.api_token.get_secret_value() if settings.api_token else None
     try:
-        cfg = load_config(config)
-        scheduler = Scheduler(cfg, settings.database_url) if schedule else None
-        web = create_app(cfg, store_url=settings.database_url, token=token, host=host, scheduler=scheduler)
+        run(config, host=host, port=port, schedule=schedule,
+            say=lambda m: err.print(escape.markup(m), highlight=False))
     except AdvisorError as e:
         raise fail(str(e)) from None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    err.print(f"[bold]advisor serve[/] on http://{host}:{port}/ watching {len(cfg.deployments)} deployment"
-              f"{'s' if len(cfg.deployments) != 1 else ''}; actions "
-              + ("enabled (token set)" if token else "disabled (set ADVISOR_API_TOKEN)"), highlight=False)
-    uvicorn.run(web, host=host, port=port, log_level="warning", access_log=False)

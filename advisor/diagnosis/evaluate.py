@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.diagnosis.expr import Context, Expr, Value
+from advisor.diagnosis.expr import Bindings, Expr, Value
 from advisor.diagnosis.model import Check, Diagnosis, Evidence, Finding, NotEvaluated
 from advisor.diagnosis.ranking import rank
 from advisor.diagnosis.rules import OPS, Cond, Rule
@@ -17,7 +17,8 @@ from probes import Snapshot
 
 
 @dataclass
-class Outcome:
+class ConditionResult:
+    """Whether one condition of a rule holds, with the evidence read for it."""
     holds: bool | None  # None: could not tell (a value was missing)
     evidence: list[Evidence]
     missing: list[str]
@@ -66,33 +67,33 @@ def _evidence(left: Value, op: str | None, right: Value | None) -> Evidence:
                     bucket_note=note)
 
 
-def check_cond(cond: Cond, ctx: Context) -> Outcome:
+def check_cond(cond: Cond, ctx: Bindings) -> ConditionResult:
     if cond.kind == "cmp":
         left = cond.left.evaluate(ctx)
         right = Value(cond.right, label=repr(cond.right)) if isinstance(cond.right, str) else cond.right.evaluate(ctx)
         missing = [f"{v.label}: {v.missing}" for v in (left, right) if v.value is None]
         if missing:
-            return Outcome(None, [], missing)
+            return ConditionResult(None, [], missing)
         if isinstance(left.value, str) != isinstance(right.value, str):
-            return Outcome(None, [], [f"{left.label}: cannot compare {left.value!r} with {right.value!r}"])
+            return ConditionResult(None, [], [f"{left.label}: cannot compare {left.value!r} with {right.value!r}"])
         holds = OPS[cond.op](left.value, right.value)
-        return Outcome(holds, [_evidence(left, cond.op, right)], [])
+        return ConditionResult(holds, [_evidence(left, cond.op, right)], [])
     parts = [check_cond(c, ctx) for c in cond.children]
     # Under `any`, only the branches that held are evidence for the finding.
     ev = [e for p in parts if cond.kind != "any" or p.holds for e in p.evidence]
     miss = [m for p in parts for m in p.missing]
     if cond.kind == "not":
         h = parts[0].holds
-        return Outcome(None if h is None else not h, ev, miss)
+        return ConditionResult(None if h is None else not h, ev, miss)
     states = [p.holds for p in parts]
     if cond.kind == "all":
         holds = False if False in states else (None if None in states else True)
     else:
         holds = True if True in states else (None if None in states else False)
-    return Outcome(holds, ev, miss)
+    return ConditionResult(holds, ev, miss)
 
 
-def severity(rule: Rule, ctx: Context) -> tuple[str, float | None]:
+def severity(rule: Rule, ctx: Bindings) -> tuple[str, float | None]:
     v = rule.severity_value.evaluate(ctx).value
     if not isinstance(v, (int, float)):
         return "low", None
@@ -105,7 +106,7 @@ def severity(rule: Rule, ctx: Context) -> tuple[str, float | None]:
     return level, float(v)
 
 
-def _strength(expr: Expr, lo_hi: tuple[float, float], ctx: Context) -> tuple[float | None, Value]:
+def _strength(expr: Expr, lo_hi: tuple[float, float], ctx: Bindings) -> tuple[float | None, Value]:
     v = expr.evaluate(ctx)
     if not isinstance(v.value, (int, float)):
         return None, v
@@ -113,18 +114,18 @@ def _strength(expr: Expr, lo_hi: tuple[float, float], ctx: Context) -> tuple[flo
     return max(0.0, min(1.0, (v.value - lo) / (hi - lo))), v
 
 
-def warning(rule: Rule, ctx: Context) -> Outcome | None:
+def warning(rule: Rule, ctx: Bindings) -> ConditionResult | None:
     """Near the SLO with the rule's mechanism dominating: the evidence of both, or None. A warning
     that cannot be told (a value missing) is no warning: only the breach says 'not evaluated'."""
     if rule.warning_when is None or rule.warning_dominates is None:
         return None
     near, dominates = check_cond(rule.warning_when, ctx), check_cond(rule.warning_dominates, ctx)
     if near.holds and dominates.holds:
-        return Outcome(True, near.evidence + dominates.evidence, [])
+        return ConditionResult(True, near.evidence + dominates.evidence, [])
     return None
 
 
-def evaluate_rule(rule: Rule, ctx: Context) -> Finding | NotEvaluated | None:
+def evaluate_rule(rule: Rule, ctx: Bindings) -> Finding | NotEvaluated | None:
     out = check_cond(rule.when, ctx)
     if out.holds is None:
         return NotEvaluated(rule_id=rule.id, reason="; ".join(dict.fromkeys(out.missing)))
@@ -182,7 +183,7 @@ def diagnose(snapshot: Snapshot, rules: list[Rule], slo: SLO, model: ModelStruct
         "the served model's structure is not known"
     measured = measured_facts(tokenization, tokenization_note)
     for rule in rules:
-        result = evaluate_rule(rule, Context(snapshot, slo_values, rule.params, facts, missing, measured))
+        result = evaluate_rule(rule, Bindings(snapshot, slo_values, rule.params, facts, missing, measured))
         if isinstance(result, Finding):
             findings.append(result)
         elif isinstance(result, NotEvaluated):

@@ -30,7 +30,9 @@ class RuleSyntaxError(AdvisorError, ValueError):
 
 
 @dataclass
-class Context:
+class Bindings:
+    """What an expression's names stand for while one rule is evaluated: the snapshot's signals,
+    the SLOs, the rule's parameters, the served model's facts and the measured facts."""
     snapshot: Snapshot
     slo: dict[str, float | None]
     params: dict[str, float]
@@ -79,7 +81,7 @@ class Expr:
             return self.arg[0].per_replica() | self.arg[1].per_replica()
         return set()
 
-    def evaluate(self, ctx: Context) -> Value:
+    def evaluate(self, ctx: Bindings) -> Value:
         snap = ctx.snapshot
         if self.kind == "const":
             return Value(float(self.arg), label=self.label())

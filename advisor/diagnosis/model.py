@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from advisor.cost import CostFigures
-from advisor.experiments.result import CheckSkip, CheckVerdict
 from advisor.models.structure import ModelStructure
+from advisor.verdict import ExperimentKey, Verdict
 from advisor.workload.tokenize_cost import TokenizationCost
 from probes import EngineInfo
 
@@ -35,6 +35,20 @@ class Evidence(BaseModel):
                                     "holds its SLO: which side it is really on cannot be told")
 
 
+class ExperimentRef(BaseModel):
+    """The experiment that tested a check: its stored result by key (every view reads that one
+    result), and its verdict, for a listing that has no store at hand."""
+
+    experiment: ExperimentKey
+    verdict: Verdict
+
+
+class CheckSkip(BaseModel):
+    """Why a check was not tested."""
+
+    skipped: str
+
+
 class Check(BaseModel):
     rank: int = 0
     id: str
@@ -55,8 +69,8 @@ class Check(BaseModel):
     direction: Literal["up", "down", "on", "off"] | None = Field(
         default=None, description="which way the check moves its mechanism; the experiment's candidate follows it")
     evidence: list[Evidence] = []
-    verdict: CheckVerdict | CheckSkip | None = Field(
-        default=None, description="an experiment's verdict summary, or why the check was not tested (skipped)")
+    verdict: ExperimentRef | CheckSkip | None = Field(
+        default=None, description="the experiment that tested it, or why the check was not tested (skipped)")
 
 
 class Finding(BaseModel):

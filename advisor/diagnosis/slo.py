@@ -8,16 +8,17 @@ from pydantic import Field
 
 from advisor.errors import AdvisorError
 from advisor.inputs import InputModel, load_yaml, validate
+from advisor.ranges import DurationS, Rate
 
 
 class SLO(InputModel):
     """Every value finite and positive: `.inf` would switch an objective off, NaN would meet none."""
 
-    ttft_p95: float = Field(default=1.0, gt=0, description="seconds from request to first token, 95th percentile")
-    tpot_p95: float = Field(default=0.1, gt=0, description="seconds per output token after the first, 95th percentile")
-    e2e_p99: float = Field(default=30.0, gt=0, description="seconds from request to last token, 99th percentile")
+    ttft_p95: DurationS = Field(default=1.0, description="seconds from request to first token, 95th percentile")
+    tpot_p95: DurationS = Field(default=0.1, description="seconds per output token after the first, 95th percentile")
+    e2e_p99: DurationS = Field(default=30.0, description="seconds from request to last token, 99th percentile")
     error_rate: float = Field(default=0.01, ge=0, le=1, description="share of requests that end in an engine error")
-    goodput_min: float | None = Field(default=None, gt=0, description="requests per second that must meet every SLO")
+    goodput_min: Rate | None = Field(default=None, description="requests per second that must meet every SLO")
 
 
 class SLOError(AdvisorError, ValueError):

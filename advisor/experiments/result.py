@@ -1,16 +1,21 @@
-"""What an experiment reports: the verdict on its primary metric with the interval, every other
-metric's result, the quality guard where numerics change, and the manifest."""
+"""What an experiment reports: its Judgement (the verdict on its primary readout with the interval,
+every other readout's, the looks, the quality guard's and the memory's say, the cost), the blocks
+it ran, what the arms were, and the manifest.
+
+The schema only: the Judgement is decided in advisor/experiments/judgement/judge.py, and nothing here
+imports numpy, so that the store and the reports read a result without loading the statistics.
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, model_serializer, model_validator
 
 from advisor.cost import ExperimentCost
 from advisor.models.four_layers import ModelLayers
+from advisor.verdict import ExperimentKey, Verdict
 
-Verdict = Literal["improved", "regressed", "no change", "inconclusive"]
 Statistic = Literal["p50", "p95", "p99", "mean", "per_s", "ratio"]
 
 
@@ -34,8 +39,10 @@ class MetricResult(BaseModel):
     margin: float
     reason: str
 
-    # How to recompute the CI at another level (the data stay out of the serialised model).
-    _ci_at: Callable[[float], tuple[float, float] | None] | None = PrivateAttr(default=None)
+    # The stats.Estimate it was judged from, for an interval at another level (a Holm rank): the
+    # data stay out of the serialised model, so a result read back from the store has none. Not
+    # typed by name: the schema does not import the statistics (numpy) it is read without.
+    _estimate: Any = PrivateAttr(default=None)
 
 
 class Look(BaseModel):
@@ -47,6 +54,7 @@ class Look(BaseModel):
     ratio: float | None
     ci: tuple[float, float] | None
     requests: int | None = Field(default=None, description="requests sent to both arms so far")
+    reason: str | None = Field(default=None, description="why this look has no ratio or no verdict yet")
 
 
 class ServerReadout(BaseModel):
@@ -92,6 +100,12 @@ class BlockRecord(BaseModel):
     weights_resident_bytes: int | None = Field(default=None, description="the part of it that maps the arm's "
                                                "model file (an engine that mmaps its weights)")
     gpu_bytes: int | None = Field(default=None, description="GPU memory its processes hold (NVML)")
+    host_cpu_busy: float | None = Field(default=None, description="share of this host's CPU time busy while the "
+                                        "block ran (all cores)")
+    generator_cpu: float | None = Field(default=None, description="the load generator's own CPU while the block "
+                                        "ran, as a share of one core")
+    generator_waited: float | None = Field(default=None, description="share of the block's time the load "
+                                           "generator was ready to run but waited for a CPU (run-queue delay)")
 
 
 QualityVerdict = Literal["within margin", "past margin", "unclear"]
@@ -99,7 +113,7 @@ QualityVerdict = Literal["within margin", "past margin", "unclear"]
 
 class QualityGuard(BaseModel):
     """The candidate's greedy outputs against the baseline's, on the shipped prompt set, in one run
-    (advisor/experiments/quality.py)."""
+    (advisor/experiments/judgement/quality.py)."""
 
     prompts: int
     exact_match: float = Field(description="share of prompts whose greedy outputs are identical")
@@ -143,7 +157,7 @@ class MemoryReadout(BaseModel):
 
 
 class ReadoutNoise(BaseModel):
-    """One readout's noise as an A/A run measured it (advisor/experiments/calibration.py)."""
+    """One readout's noise as an A/A run measured it (advisor/experiments/design/calibration.py)."""
 
     metric: str
     statistic: str
@@ -163,32 +177,65 @@ class BucketResult(BaseModel):
     metrics: list[MetricResult] = []
 
 
-class ExperimentResult(BaseModel):
-    id: str
-    deployment: str
-    mechanism: str
-    value: str
-    status: str = Field(description="finished | aborted | dry-run")
-    verdict: str
+class Overrule(BaseModel):
+    """A verdict the speed readouts reached, changed by what they do not measure."""
+
+    by: Literal["quality"]
+    was: Verdict = Field(description="the verdict of the speed readouts alone")
+    verdict: Verdict = Field(description="the verdict it gave instead (the same where it only gave the reason)")
+    reason: str
+
+
+class Judgement(BaseModel):
+    """What an experiment's blocks say, decided once (advisor/experiments/judgement/judge.py) and stored
+    with its result: every view shows it, none recomputes it."""
+
+    verdict: Verdict
     primary_metric: str
-    ratio: float | None
-    ci: tuple[float, float] | None
+    ratio: float | None = Field(default=None, description="the primary's candidate/baseline estimate")
+    ci: tuple[float, float] | None = Field(default=None, description="the primary's CI at the last look's level")
     reason: str | None = Field(default=None, description="why this verdict: the primary's reason, or why it "
-                               "could not be judged (aborted, too many invalid blocks)")
-    metrics: list[MetricResult] = []
-    blocks: list[BlockRecord] = []
+                               "could not be judged (aborted, too many invalid blocks), or the overrule's")
+    metrics: list[MetricResult] = Field(default=[], description="the primary first, then the secondaries "
+                                        "behind it (Holm among them)")
     looks: list[Look] = Field(default=[], description="the looks taken at the primary, in order")
     stop_reason: str | None = Field(default=None, description="why the experiment stopped when it did")
     quality: QualityGuard | None = None
+    overrule: Overrule | None = Field(default=None, description="what changed the speed readouts' verdict")
+    memory: MemoryReadout | None = Field(default=None, description="each arm's resident memory")
+    explanation: str | None = Field(default=None, description="the map's reading of a failure, from the readouts "
+                                    "(e.g. dequantization ate the gain: memory fell, TPOT did not)")
+    buckets: list[BucketResult] = Field(default=[], description="per workload bucket, when it has more than one")
+    cost: ExperimentCost | None = Field(default=None, description="both arms' cost per output token and the "
+                                        "candidate's ratio, from the throughput readouts judged here")
+    cost_note: str | None = Field(default=None, description="why no cost is shown")
+
+    @property
+    def level(self) -> float | None:
+        """The confidence level of `ci`: the primary's, at the last look."""
+        return self.metrics[0].level if self.metrics else None
+
+
+_JUDGED = frozenset(Judgement.model_fields)
+
+
+class ExperimentResult(BaseModel):
+    """One experiment as it ran and as it was judged. Serialised flat, as earlier advisors wrote it:
+    the Judgement's fields stand beside the run's (verdict, ratio, ci, metrics, looks, cost, ...),
+    which is what `advisor experiment --output json` prints and the store keeps."""
+
+    id: ExperimentKey
+    deployment: str
+    mechanism: str
+    value: str
+    status: str = Field(description="finished | aborted")
+    judgement: Judgement
+    blocks: list[BlockRecord] = []
     aborted: str | None = None
     baseline_restored: bool | None = None
     restore_note: str | None = None
     fails_means: str | None = None
-    buckets: list[BucketResult] = Field(default=[], description="per workload bucket, when it has more than one")
     server: list[ServerRow] = Field(default=[], description="server readouts per arm (median over its blocks)")
-    cost: ExperimentCost | None = Field(default=None, description="both arms' cost per output token and the "
-                                        "candidate's ratio (advisor/cost.py)")
-    cost_note: str | None = Field(default=None, description="why no cost is shown")
     arms: dict[str, dict] = Field(default={}, description="what each arm's engine said it is (/version, "
                                   "/v1/models, its config info metrics), read at its first block")
     server_notes: list[str] = Field(default=[], description="outside traffic, unreadable /metrics, and what "
@@ -197,52 +244,58 @@ class ExperimentResult(BaseModel):
                                                    "per readout, stored for later plans")
     models: dict[str, ModelLayers] = Field(default={}, description="a model-file swap: each arm's model in the "
                                             "map's four layers")
-    memory: MemoryReadout | None = Field(default=None, description="each arm's resident memory")
-    explanation: str | None = Field(default=None, description="the map's reading of a failure, from the readouts "
-                                    "(e.g. dequantization ate the gain)")
     manifest: dict = {}
 
     # The valid blocks' request records, for what is computed after the run (an A/A calibration).
     _by_block: dict = PrivateAttr(default_factory=dict)
 
-
-class CheckVerdict(BaseModel):
-    """What a diagnosis check carries when its experiment ran: the verdict's summary."""
-
-    verdict: Verdict
-    primary_metric: str
-    ratio: float | None
-    ci: tuple[float, float] | None
-    value: str
-    experiment: str
-    status: str
-    reason: str | None = None
-    fails_means: str | None = None
-    workload: str | None = None
-    baseline_restored: bool | None = None
-    manifest: dict = {}
-    metrics: list[MetricResult] = []
-    looks: list[Look] = []
-    stop_reason: str | None = None
-    level: float | None = Field(default=None, description="confidence level of `ci` (the last look's)")
-    cost: ExperimentCost | None = None
-    server: list[ServerRow] = Field(default=[], description="server readouts per arm, as the experiment has them")
-    server_notes: list[str] = []
-
+    @model_validator(mode="before")
     @classmethod
-    def of(cls, r: ExperimentResult) -> CheckVerdict:
-        return cls(verdict=r.verdict, primary_metric=r.primary_metric, ratio=r.ratio, ci=r.ci, value=r.value,
-                   experiment=r.id, status=r.status, reason=r.reason, fails_means=r.fails_means,
-                   workload=(r.manifest.get("workload") or {}).get("source"), baseline_restored=r.baseline_restored,
-                   manifest=r.manifest, metrics=r.metrics, looks=r.looks, stop_reason=r.stop_reason,
-                   level=r.metrics[0].level if r.metrics else None, cost=r.cost, server=r.server,
-                   server_notes=r.server_notes)
+    def _judgement_of_flat(cls, data: Any) -> Any:
+        # A stored document (or a caller) gives the Judgement's fields flat; with a `judgement`
+        # given as well, the flat copies are what serialising it wrote beside it, and are dropped.
+        if not isinstance(data, dict):
+            return data
+        rest = {k: v for k, v in data.items() if k not in _JUDGED}
+        if "judgement" not in rest:
+            rest["judgement"] = {k: v for k, v in data.items() if k in _JUDGED}
+        return rest
 
+    @model_serializer(mode="wrap")
+    def _flat(self, handler) -> dict[str, Any]:
+        data = handler(self)
+        data.update(data.pop("judgement", None) or {})
+        return data
 
-class CheckSkip(BaseModel):
-    """What a diagnosis check carries when its experiment did not run, and why."""
+    # The Judgement's fields, read off the result as JSON readers know them.
+    @property
+    def verdict(self) -> Verdict:
+        return self.judgement.verdict
 
-    skipped: str
+    @property
+    def primary_metric(self) -> str:
+        return self.judgement.primary_metric
 
+    @property
+    def ratio(self) -> float | None:
+        return self.judgement.ratio
 
-CheckOutcome = CheckVerdict | CheckSkip
+    @property
+    def ci(self) -> tuple[float, float] | None:
+        return self.judgement.ci
+
+    @property
+    def reason(self) -> str | None:
+        return self.judgement.reason
+
+    @property
+    def metrics(self) -> list[MetricResult]:
+        return self.judgement.metrics
+
+    @property
+    def looks(self) -> list[Look]:
+        return self.judgement.looks
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.judgement.stop_reason

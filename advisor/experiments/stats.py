@@ -1,4 +1,5 @@
-"""Judging an A/B experiment: a confidence interval of the candidate/baseline ratio, and a verdict.
+"""The statistics of an A/B experiment: the candidate/baseline ratio of a readout with its confidence
+interval at any level, a Holm step-down, and the boundaries of a sequential design.
 
 The design this fits (DESIGN.md section 6): the two arms run in interleaved blocks (A B A B ...),
 and the *block*, not the request, is the unit of replication. Each metric arrives as a list of
@@ -20,7 +21,7 @@ Methods (chosen by simulation; tests/unit/test_stats.py measures them):
   requests per arm). On block medians it holds alpha at every drift (measured 2-4 %). The price is
   granularity: with k blocks per arm a rank test cannot go below p = 2 / C(2k, k), so 3 blocks per
   arm can never give a 95 % verdict (``min_blocks_per_arm`` says how many a level needs: 4 at 95 %,
-  5 at the Holm levels of two or three secondaries). The result is then "inconclusive" and says so.
+  5 at the Holm levels of two or three secondaries); below it there is no interval to judge by.
 * Tails (``p95``, ``p99``) and ``mean``: bootstrap over blocks. Each replicate resamples the blocks
   of each arm with replacement, pools their samples and recomputes the statistic (the same linear-
   interpolation percentile as numpy). A plain percentile interval from so few blocks is too narrow:
@@ -32,46 +33,18 @@ Methods (chosen by simulation; tests/unit/test_stats.py measures them):
   half-width uses Student's t with Welch-Satterthwaite degrees of freedom (k-1 per arm).
   Measured A/A false rate 1-5.5 % (3-6 blocks of 20-600 requests, block sigma up to 0.15, and with
   heavier tails: log-normal sigma 1, Pareto 2.5, a 3 % mixture of 8x outliers). Fewer than
-  ``MIN_BLOCKS_BOOTSTRAP`` blocks per arm is "inconclusive" (with 2 blocks an arm has 3 distinct
-  resamples), and so is a percentile with fewer than ``MIN_TAIL_SAMPLES`` sample(s) expected beyond
+  ``MIN_BLOCKS_BOOTSTRAP`` blocks per arm give no estimate (with 2 blocks an arm has 3 distinct
+  resamples), and neither does a percentile with fewer than ``MIN_TAIL_SAMPLES`` sample(s) expected beyond
   it in an arm (p95 needs 20 per arm, p99 100): that would be the sample maximum under another name.
 
-Verdict rule (r = ratio estimate, [lo, hi] its CI at the test's level, m the equivalence margin;
-stated for lower-is-better metrics, mirrored for higher-is-better ones):
-
-* improved: hi < 1 (the CI excludes 1 on the good side) AND r < 1 - m (the estimate is beyond the
-  margin);
-* regressed: lo > 1 AND r > 1 + m;
-* no change: 1 - m <= lo and hi <= 1 + m (the whole CI lies inside the margin);
-* inconclusive: everything else, including a CI that excludes 1 with an estimate inside the margin
-  (a real but small difference the run was too short to place), and always when data are missing:
-  fewer than 2 blocks or ``MIN_SAMPLES`` samples in an arm, an empty block, any NaN / None / inf or
-  negative value, a statistic of zero. Missing data never gives "no change" or "improved".
-
-Multiplicity (``judge``): serial gatekeeping. The primary metric, chosen by the symptom, is tested
-at alpha alone; the secondary metrics are tested only behind a decisive primary ("improved",
-"regressed" or "no change"), as one Holm family at alpha. Each secondary gets its Holm adjusted p,
-and its CI is recomputed at the level its rank earns (alpha / (m - rank + 1)); it can be "improved"
-or "regressed" only when its adjusted p is <= alpha and that CI says so. Behind an inconclusive
-primary every secondary is "inconclusive" (its estimate and interval still shown). The family-wise
-error over the primary and its secondaries is then at most alpha: where the primary's null holds,
-any false call needs the primary's own error (probability <= alpha); where it does not, the
-secondaries alone are a Holm family at alpha. Measured by simulation in tests/unit/test_stats.py and
-benchmarks/stats_calibration.py.
-
-Sequential designs (``sequential`` here; the runner's looks, advisor/experiments/runner.py, use
-the same levels): after each pair of blocks the verdict is recomputed from a repeated confidence
-interval (Jennison & Turnbull) at a nominal level taken from a two-sided group-sequential boundary
-of the Wang-Tsiatis family over the planned looks: O'Brien-Fleming (delta 0), delta 0.25 (the
-runner's default) or Pocock (delta 1/2). The boundaries are computed once per design from the
-Brownian-motion approximation (independent increments, information = blocks per arm) by Monte
-Carlo with a fixed seed, so that the probability that *any* look's interval misses the true ratio
-is alpha; a verdict read off any of those intervals, at whichever look it stops, holds the overall
-error rate (measured A/A: 4.0 % over 500 runs, p50, cap 12 blocks, O'Brien-Fleming). Delta 0.25 is
-the runner's default because it keeps O'Brien-Fleming's cap (13 blocks per arm for a 30 % effect on
-a p95 at the conservative default noise) while stopping earlier on large effects (expected 7.0
-blocks per arm at a 50 % effect against 7.8; Pocock: 6.7, but a cap of 16). See
-advisor/experiments/planning.py and benchmarks/stats_calibration.py.
+What this module does not do: decide. The verdict rule (a CI against the equivalence margin),
+the gatekeeping of the secondaries behind the primary with Holm among them, the looks of a
+sequential design and every overrule live in advisor/experiments/judgement/judge.py; here are the
+estimates, their intervals at any level, the Holm step-down of a family of p-values and the
+group-sequential boundaries (``boundary_alphas``: Wang-Tsiatis family, O'Brien-Fleming delta 0,
+delta 0.25, Pocock delta 1/2, computed once per design from the Brownian-motion approximation by
+Monte Carlo with a fixed seed, so that the probability that *any* look's interval misses the true
+ratio is alpha; see advisor/experiments/design/planning.py and benchmarks/stats_calibration.py).
 
 Design advice that follows from the above (20 % effect, per-request sigma 0.5, block drift 5 %):
 6 blocks x 200 requests per arm detect it in p50 (100 %) and p95 (96 %); p99 needs about 6 x 400
@@ -81,25 +54,22 @@ Design advice that follows from the above (20 % effect, per-request sigma 0.5, b
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import combinations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
 from scipy import stats as _st
 
-# The result schema lives with ExperimentResult (no numpy there: the diagnosis model reads it).
-from advisor.experiments.result import Look, MetricResult, Statistic, Verdict
+from advisor.experiments.result import Statistic
 
 # Block readouts: one value per block (a rate over the block's own duration, a share of its
 # requests). Judged by the rank test on the block values: each block is one sample, which is what
 # the block as the unit of replication means.
 BLOCK_STATISTICS = ("per_s", "ratio")
 RANK_STATISTICS = ("p50", *BLOCK_STATISTICS)  # judged by Mann-Whitney / Hodges-Lehmann on blocks
-Boundary = Literal["obrien-fleming", "wang-tsiatis", "pocock"]
-
 MIN_BLOCKS = 2  # per arm, any method
 MIN_BLOCKS_BOOTSTRAP = 3  # per arm, bootstrap over blocks (p95, p99, mean)
 MIN_SAMPLES = 10  # per arm
@@ -110,80 +80,72 @@ _LOG_CAP = 50.0  # CI bounds are clipped to exp(+-50): "unbounded" yet finite (a
 
 
 # --------------------------------------------------------------------------------------------
-# compare
+# estimate
 
 
-def compare(
-    metric: str,
+@dataclass(frozen=True)
+class Estimate:
+    """One statistic's candidate/baseline ratio from both arms' blocks, its two-sided p of "ratio =
+    1", and its interval at any level (``interval``); or, in ``problem``, why the data give none."""
+
+    statistic: Statistic
+    method: str
+    n_blocks: tuple[int, int]
+    n_samples: tuple[int, int]
+    baseline_value: float | None = None
+    candidate_value: float | None = None
+    ratio: float | None = None
+    p_value: float | None = None
+    problem: str | None = None
+    # The data stay in this closure: an interval at another level (a Holm rank, a look) is computed
+    # from the same resamples or order statistics, never from a second estimate.
+    ci_at: Callable[[float], tuple[float, float] | None] | None = field(default=None, repr=False, compare=False)
+
+    def interval(self, alpha: float) -> tuple[float, float] | None:
+        """The CI of the ratio at level 1 - alpha; None where the data cannot reach that level."""
+        return None if self.ci_at is None else self.ci_at(alpha)
+
+
+def estimate(
     baseline_blocks: Sequence[Sequence[float | None]],
     candidate_blocks: Sequence[Sequence[float | None]],
     statistic: Statistic = "p50",
-    lower_is_better: bool = True,
-    margin: float = 0.05,
-    alpha: float = 0.05,
     seed: int = 0,
     n_boot: int = 2000,
-) -> MetricResult:
-    """Compare one metric between the arms; see the module docstring for methods and verdicts."""
+) -> Estimate:
+    """The ratio candidate/baseline of `statistic`; see the module docstring for the methods."""
     if statistic not in ("p50", "p95", "p99", "mean", *BLOCK_STATISTICS):
         raise ValueError(f"unknown statistic {statistic!r} (use p50, p95, p99, mean, or per_s or ratio "
                          "for one value per block)")
-    if not 0 < margin < 1:
-        raise ValueError(f"margin must lie in (0, 1), got {margin}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
     if n_boot < 200:
         raise ValueError(f"n_boot must be at least 200, got {n_boot}")
-
-    method = _method_text(statistic)
-    base = dict(
-        metric=metric,
-        statistic=statistic,
-        lower_is_better=lower_is_better,
-        method=method,
-        margin=margin,
-        level=1 - alpha,
-        n_blocks=(len(baseline_blocks), len(candidate_blocks)),
-        n_samples=(sum(len(b) for b in baseline_blocks), sum(len(b) for b in candidate_blocks)),
-    )
-
-    def inconclusive(reason: str, **values) -> MetricResult:
-        fields = dict(baseline_value=None, candidate_value=None, ratio=None, ci=None, p_value=None,
-                      adjusted_p=None)
-        fields.update(values)
-        return MetricResult(**base, **fields, verdict="inconclusive", reason=reason)
+    base = Estimate(statistic=statistic, method=_method_text(statistic),
+                    n_blocks=(len(baseline_blocks), len(candidate_blocks)),
+                    n_samples=(sum(len(b) for b in baseline_blocks), sum(len(b) for b in candidate_blocks)))
 
     per_block = statistic in BLOCK_STATISTICS
     problem = (_data_problem("baseline", baseline_blocks, per_block)
                or _data_problem("candidate", candidate_blocks, per_block))
     if problem:
-        return inconclusive(problem)
+        return replace(base, problem=problem)
     a_blocks = [np.asarray(b, dtype=float) for b in baseline_blocks]
     b_blocks = [np.asarray(b, dtype=float) for b in candidate_blocks]
     a_all, b_all = np.concatenate(a_blocks), np.concatenate(b_blocks)
     # a block readout's point value is the median over blocks (the ratio estimated is of medians)
-    a_val, b_val = _point(a_all, "p50" if per_block else statistic), _point(b_all, "p50" if per_block else statistic)
-    values = dict(baseline_value=a_val, candidate_value=b_val)
-    for arm, v in (("baseline", a_val), ("candidate", b_val)):
+    point = "p50" if per_block else statistic
+    valued = replace(base, baseline_value=_point(a_all, point), candidate_value=_point(b_all, point))
+    for arm, v in (("baseline", valued.baseline_value), ("candidate", valued.candidate_value)):
         if v <= 0:
-            return inconclusive(f"the {arm} {statistic} is 0, so a ratio is undefined", **values)
+            return replace(valued, problem=f"the {arm} {statistic} is 0, so a ratio is undefined")
 
     if statistic in RANK_STATISTICS:
         est = _rank_estimate(a_blocks, b_blocks)
     else:
         est = _bootstrap_estimate(a_blocks, b_blocks, statistic, seed, n_boot)
     if isinstance(est, str):
-        return inconclusive(est, **values)
+        return replace(valued, problem=est)
     log_ratio, p_value, ci_at = est
-    ratio = math.exp(log_ratio)
-    ci = ci_at(alpha)
-    values.update(ratio=ratio, p_value=p_value, adjusted_p=p_value)
-    if ci is None:
-        return inconclusive(_unreachable(statistic, alpha, base["n_blocks"]), ci=None, **values)
-    verdict, reason = _verdict(ratio, ci, 1 - alpha, margin, lower_is_better)
-    result = MetricResult(**base, **values, ci=ci, verdict=verdict, reason=reason)
-    result._ci_at = ci_at
-    return result
+    return replace(valued, ratio=math.exp(log_ratio), p_value=p_value, ci_at=ci_at)
 
 
 def _method_text(statistic: str) -> str:
@@ -406,39 +368,15 @@ def _boot_replicates(blocks: list[np.ndarray], statistic: str, rng, n_boot: int)
     return out
 
 
-# ---- verdicts ---------------------------------------------------------------------------------
+# ---- levels ----------------------------------------------------------------------------------
 
 
-def _pct(level: float) -> str:
+def pct(level: float) -> str:
     return f"{100 * level:.4g}%"
 
 
-def _verdict(ratio: float, ci: tuple[float, float], level: float, margin: float,
-             lower_is_better: bool) -> tuple[Verdict, str]:
-    lo, hi = ci
-    m = f"{100 * margin:.4g}%"
-    band = f"[{1 - margin:.2f}, {1 + margin:.2f}]"
-    sense = "lower is better" if lower_is_better else "higher is better"
-    head = f"{_pct(level)} CI of the ratio [{lo:.3g}, {hi:.3g}]"
-    below = hi < 1 and ratio < 1 - margin
-    above = lo > 1 and ratio > 1 + margin
-    if below or above:
-        good = below if lower_is_better else above
-        side = "below" if below else "above"
-        return ("improved" if good else "regressed",
-                f"{head} lies {side} 1 and the estimate {ratio:.3g} is beyond the {m} margin ({sense})")
-    if 1 - margin <= lo and hi <= 1 + margin:
-        return "no change", f"{head} lies inside the ±{m} equivalence margin {band}"
-    if hi < 1 or lo > 1:
-        return ("inconclusive",
-                f"{head} excludes 1 but the estimate {ratio:.3g} is within the {m} margin and the CI "
-                f"is not inside {band}: a difference too small to call; more blocks would settle it")
-    return ("inconclusive",
-            f"{head} includes 1 and reaches beyond the ±{m} margin {band}; more blocks would narrow it")
-
-
 def min_blocks_per_arm(statistic: Statistic = "p50", alpha: float = 0.05) -> int:
-    """Fewest blocks per arm with which `compare` can reach a verdict at level 1 - alpha."""
+    """Fewest blocks per arm with which an estimate can have an interval at level 1 - alpha."""
     if statistic not in RANK_STATISTICS:
         return MIN_BLOCKS_BOOTSTRAP
     k = MIN_BLOCKS
@@ -447,93 +385,42 @@ def min_blocks_per_arm(statistic: Statistic = "p50", alpha: float = 0.05) -> int
     return k
 
 
-def _unreachable(statistic: str, alpha: float, n_blocks: tuple[int, int]) -> str:
+def unreachable(statistic: str, alpha: float, n_blocks: tuple[int, int]) -> str:
+    """Why a rank test on these blocks has no interval at level 1 - alpha, and how many it needs."""
     need = min_blocks_per_arm(statistic, alpha)  # type: ignore[arg-type]
     return (f"{n_blocks[0]} baseline and {n_blocks[1]} candidate blocks: a rank test on so few blocks "
-            f"cannot reach {_pct(1 - alpha)} confidence; run at least {need} blocks per arm")
+            f"cannot reach {pct(1 - alpha)} confidence; run at least {need} blocks per arm")
 
 
-# --------------------------------------------------------------------------------------------
-# judge: the primary at alpha, Holm across the secondaries
+@dataclass(frozen=True)
+class HolmRank:
+    """One hypothesis of a Holm family: its adjusted p and the nominal level its rank is tested at."""
+
+    adjusted_p: float | None  # None: no p-value (it ranks last and is never rejected)
+    alpha: float | None
 
 
-def judge(primary: MetricResult, secondaries: list[MetricResult], alpha: float = 0.05) -> list[MetricResult]:
-    """[primary, *secondaries]: the secondaries gatekept behind the primary, Holm among themselves.
-
-    The primary keeps its own test (adjusted_p = p_value). Secondaries are ranked by raw p (a
-    missing p ranks last); the r-th of m gets adjusted p = max over ranks <= r of
-    min(1, (m - j + 1) p_(j)) and a CI at level 1 - alpha / (m - r + 1). It is "improved" or
-    "regressed" only when the primary is decisive, its adjusted p is <= alpha and that CI says so;
-    "no change" when the primary is decisive and that CI lies inside the margin.
-    """
-    first = primary.model_copy(update={"adjusted_p": primary.p_value})
-    first._ci_at = primary._ci_at
-    m = len(secondaries)
-    order = sorted(range(m), key=lambda i: (secondaries[i].p_value is None,
-                                            secondaries[i].p_value if secondaries[i].p_value is not None else 1.0, i))
-    adjusted: list[MetricResult | None] = [None] * m
+def holm(p_values: Sequence[float | None], alpha: float = 0.05) -> list[HolmRank]:
+    """Holm's step-down over a family, in the order given: the r-th smallest of m p-values gets the
+    adjusted p max over ranks <= r of min(1, (m - j + 1) p_(j)) and the level alpha / (m - r + 1)."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: (p_values[i] is None, p_values[i] if p_values[i] is not None else 1.0, i))
+    out: list[HolmRank] = [HolmRank(None, None)] * m
     running = 0.0
     for rank, i in enumerate(order, start=1):
-        res = secondaries[i]
-        if res.p_value is None:
-            adjusted[i] = res.model_copy(update={"adjusted_p": None})
+        p = p_values[i]
+        if p is None:
             continue
-        running = max(running, min(1.0, (m - rank + 1) * res.p_value))
-        adjusted[i] = _at_level(res, alpha / (m - rank + 1), running, alpha, m)
-    if primary.verdict == "inconclusive":
-        adjusted = [_gated(r) for r in adjusted]  # type: ignore[arg-type]
-    return [first, *adjusted]  # type: ignore[list-item]
-
-
-def _gated(res: MetricResult) -> MetricResult:
-    if res.verdict == "inconclusive":
-        return res
-    out = res.model_copy(update={
-        "verdict": "inconclusive",
-        "reason": f"not tested: secondaries are tested only behind a decisive primary (it would read "
-                  f"{res.verdict}: {res.reason})"})
-    out._ci_at = res._ci_at
-    return out
-
-
-def _at_level(res: MetricResult, level_alpha: float, adj_p: float, alpha: float, m: int) -> MetricResult:
-    note = f" (Holm, {m} secondary metrics: adjusted p {adj_p:.3g})"
-    update: dict = {"adjusted_p": adj_p, "level": 1 - level_alpha}
-    if res.verdict == "inconclusive" and res.ratio is None:
-        return res.model_copy(update=update)
-    ci = res._ci_at(level_alpha) if res._ci_at is not None else None
-    if ci is None:
-        reason = (_unreachable(res.statistic, level_alpha, res.n_blocks) if res._ci_at is not None
-                  else "the CI cannot be recomputed at the Holm level (result without its data)")
-        update.update(ci=None, verdict="inconclusive", reason=reason + note)
-    else:
-        verdict, reason = _verdict(res.ratio, ci, 1 - level_alpha, res.margin, res.lower_is_better)
-        if verdict in ("improved", "regressed") and adj_p > alpha:
-            verdict = "inconclusive"
-            reason = f"{reason}, but Holm's step-down stops before it (adjusted p {adj_p:.3g} > {alpha:g})"
-        update.update(ci=ci, verdict=verdict, reason=reason + note)
-    out = res.model_copy(update=update)
-    out._ci_at = res._ci_at
+        running = max(running, min(1.0, (m - rank + 1) * p))
+        out[i] = HolmRank(running, alpha / (m - rank + 1))
     return out
 
 
 # --------------------------------------------------------------------------------------------
-# sequential: repeated confidence intervals over a group-sequential boundary
+# boundaries of a group-sequential design
 
 
-class SequentialResult(BaseModel):
-    metric: str
-    statistic: Statistic
-    boundary: Boundary
-    alpha: float
-    min_blocks: int
-    max_blocks: int
-    blocks_used: int = Field(description="blocks per arm consumed from the stream")
-    n_samples: tuple[int, int] = Field(description="samples used (baseline, candidate)")
-    decisive: bool
-    stopped_early: bool
-    looks: list[Look]
-    result: MetricResult
+Boundary = Literal["obrien-fleming", "wang-tsiatis", "pocock"]
 
 
 @lru_cache(maxsize=128)
@@ -566,60 +453,3 @@ def boundary_alphas(min_blocks: int, max_blocks: int, alpha: float = 0.05,
     if len(looks) == 1:
         return (alpha,)
     return tuple(float(2 * _st.norm.sf(c)) for c in crit)
-
-
-def sequential(
-    metric: str,
-    block_pairs: Iterable[tuple[Sequence[float | None], Sequence[float | None]]],
-    *,
-    statistic: Statistic = "p50",
-    lower_is_better: bool = True,
-    margin: float = 0.05,
-    alpha: float = 0.05,
-    max_blocks: int = 12,
-    min_blocks: int | None = None,
-    boundary: Boundary = "obrien-fleming",
-    seed: int = 0,
-    n_boot: int = 2000,
-) -> SequentialResult:
-    """Consume (baseline_block, candidate_block) pairs until the verdict is decisive.
-
-    After each pair, from `min_blocks` per arm on (default: the fewest `compare` can use at
-    alpha), the metric is compared at the look's nominal level from `boundary_alphas`; the run
-    stops at the first "improved", "regressed" or "no change", or after `max_blocks` pairs. The
-    stream is read lazily, so a generator that runs the blocks on demand runs only those needed.
-    """
-    if min_blocks is None:
-        min_blocks = max(min_blocks_per_arm(statistic, alpha), MIN_BLOCKS)
-    min_blocks = max(min_blocks, MIN_BLOCKS)
-    levels = boundary_alphas(min_blocks, max_blocks, alpha, boundary)
-    base: list[Sequence[float | None]] = []
-    cand: list[Sequence[float | None]] = []
-    looks: list[Look] = []
-    result: MetricResult | None = None
-    for pair in block_pairs:
-        base.append(pair[0])
-        cand.append(pair[1])
-        k = len(base)
-        if k < min_blocks:
-            continue
-        a = levels[k - min_blocks]
-        result = compare(metric, base, cand, statistic=statistic, lower_is_better=lower_is_better,
-                         margin=margin, alpha=a, seed=seed + k, n_boot=n_boot)
-        looks.append(Look(blocks=k, alpha=a, verdict=result.verdict, ratio=result.ratio, ci=result.ci))
-        if result.verdict != "inconclusive" or k >= max_blocks:
-            break
-    if result is None:  # the stream ended before the first look
-        result = compare(metric, base, cand, statistic=statistic, lower_is_better=lower_is_better,
-                         margin=margin, alpha=levels[0], seed=seed, n_boot=n_boot)
-        result = result.model_copy(update={
-            "verdict": "inconclusive",
-            "reason": f"the stream ended after {len(base)} block pair(s), before the first look at "
-                      f"{min_blocks}"})
-    k = len(base)
-    decisive = result.verdict != "inconclusive"
-    return SequentialResult(
-        metric=metric, statistic=statistic, boundary=boundary, alpha=alpha, min_blocks=min_blocks,
-        max_blocks=max_blocks, blocks_used=k,
-        n_samples=(sum(len(b) for b in base), sum(len(b) for b in cand)),
-        decisive=decisive, stopped_early=decisive and k < max_blocks, looks=looks, result=result)

@@ -1,5 +1,5 @@
-"""The fleet the advisor watches (advisor.yaml), and the jobs it runs for it: a diagnosis now or on
-a schedule, the weekly report. The dashboard (advisor/web) and the CLI both come through here."""
+"""The fleet the advisor watches: advisor.yaml's deployments, their SLOs, experiment limits and
+schedule. The services (advisor/app) run its jobs; advisor/schedule.py times them."""
 
 from advisor.fleet.config import FleetConfig, FleetError, WatchedDeployment, load_config
 

@@ -16,7 +16,11 @@ from advisor.cost import PriceSpec
 from advisor.errors import AdvisorError
 from advisor.fleet.cron import parse_cron
 from advisor.inputs import InputModel, load_model
-from advisor.units import parse_duration
+from advisor.ranges import BLOCKS_MAX, duration_text, url_port
+from advisor import net
+from advisor.settings import get_settings
+from advisor.units import MAX_EXPERIMENT_S, check_ceiling, parse_duration
+from advisor.units import MAX_REPORT_PERIOD_S, check_ceiling, parse_duration
 
 ENV = "ADVISOR_CONFIG"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -36,7 +40,7 @@ PathText = Annotated[Path, BeforeValidator(_as_path)]
 
 def _duration(value: object) -> object:
     if isinstance(value, str):
-        parse_duration(value)  # ValueError -> the field's one-line error
+        duration_text(value)  # above 0, at most a year; ValueError -> the field's one-line error
     return value
 
 
@@ -44,7 +48,7 @@ class ExperimentLimits(InputModel):
     """What experiments started from the dashboard may cost this deployment (advisor experiment's
     options of the same names); unset: the advisor plans them from the measured noise."""
 
-    blocks: int | None = Field(default=None, ge=2, description="most blocks per arm")
+    blocks: int | None = Field(default=None, ge=2, le=BLOCKS_MAX, description="most blocks per arm")
     block_requests: int | None = Field(default=None, ge=1, description="requests per block")
     readout: str | None = Field(default=None, description="primary readout, e.g. ttft_p50; default: the check's")
     concurrency: int | None = Field(default=None, ge=1)
@@ -54,7 +58,10 @@ class ExperimentLimits(InputModel):
     @field_validator("max_duration")
     @classmethod
     def _max(cls, v: str | None) -> str | None:
-        return _duration(v)
+        _duration(v)
+        if isinstance(v, str):
+            check_ceiling(parse_duration(v), MAX_EXPERIMENT_S, "the guardrail", "the longest experiment")
+        return v
 
 
 class WatchedDeployment(InputModel):
@@ -85,12 +92,16 @@ class WatchedDeployment(InputModel):
     def _url(cls, v: str) -> str:
         if not re.match(r"https?://[^/\s]+", v):
             raise ValueError("expected an http:// or https:// URL")
-        return v.rstrip("/")
+        return url_port(v).rstrip("/")
 
     @field_validator("window", "diagnose_every")
     @classmethod
     def _durations(cls, v: str | None) -> str | None:
         return _duration(v)
+
+
+# Why a report's period is held to a month (advisor/units.py): said by advisor.yaml and --since alike.
+REPORT_PERIOD_WHY = "the report reads Prometheus once for every hour of its period"
 
 
 class WeeklyReport(InputModel):
@@ -108,14 +119,16 @@ class WeeklyReport(InputModel):
     @field_validator("since")
     @classmethod
     def _since(cls, v: str) -> str:
-        return _duration(v)
+        _duration(v)
+        check_ceiling(parse_duration(v), MAX_REPORT_PERIOD_S, "the period", REPORT_PERIOD_WHY)
+        return v
 
     @field_validator("webhook")
     @classmethod
     def _webhook(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"https?://[^/\s]+", v):
             raise ValueError("expected an http:// or https:// URL")
-        return v
+        return v if v is None else url_port(v)
 
 
 class FleetConfig(InputModel):
@@ -143,7 +156,6 @@ def config_path(path: Path | None) -> Path:
     """The file to read: `path`, else $ADVISOR_CONFIG, else a one-line error saying how to give one."""
     if path is not None:
         return path
-    from advisor.settings import get_settings
 
     configured = get_settings().config
     if configured:
@@ -155,7 +167,6 @@ def config_path(path: Path | None) -> Path:
 def load_config(path: Path | None = None) -> FleetConfig:
     """advisor.yaml validated, its relative paths made relative to its folder, and each named
     file shown to exist; every problem one line naming the file and field."""
-    from advisor import net
     from probes.http import split_userinfo
 
     path = config_path(path)

@@ -1,7 +1,8 @@
 """Reading and editing an engine's argv as a list: find a knob's flags (every spelling, "--f v" and
 "--f=v" alike), take them out with their values, leave every other element where it was.
 
-Nothing here builds or splits a command line: argv is a list and stays one.
+Nothing here builds or splits a command line: argv is a list and stays one. `flag_changes` shows
+what one argv changes against another, flag by flag (the dashboard's plan of an experiment).
 """
 
 from __future__ import annotations
@@ -62,3 +63,43 @@ def find(args: list[str], with_value: tuple[str, ...], switches: tuple[str, ...]
 def remove(args: list[str], found: list[Occurrence]) -> list[str]:
     drop = {j for o in found for j in range(o.start, o.end)}
     return [a for j, a in enumerate(args) if j not in drop]
+
+
+def _by_flag(args: list[str]) -> dict[str, str | None]:
+    """--flag value, --flag=value and bare --switch, by flag (a flag followed by a word that is not
+    a flag takes it as its value); positional words under their index ("#0")."""
+    flags: dict[str, str | None] = {}
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word.startswith("-") and "=" in word:
+            name, _, value = word.partition("=")
+            flags[name] = value
+        elif word.startswith("-"):
+            takes = i + 1 < len(args) and not args[i + 1].startswith("-")
+            flags[word] = args[i + 1] if takes else None
+            i += takes
+        else:
+            flags[f"#{i}"] = word
+        i += 1
+    return flags
+
+
+def flag_changes(baseline_argv: list[str], candidate_argv: list[str]) -> list[str]:
+    """What the candidate's command line changes, one line per flag: "--max-num-seqs 2 -> 8",
+    "--enable-prefix-caching (added)", "--enforce-eager (removed)". Any flag, not only the catalog's:
+    it shows a plan to the person who approves it."""
+    a, b = _by_flag(baseline_argv), _by_flag(candidate_argv)
+
+    def show(name: str, value: str | None) -> str:
+        return name if value is None else f"{name} {value}"
+
+    lines = []
+    for name in dict.fromkeys([*a, *b]):
+        if name in a and name in b and a[name] != b[name]:
+            lines.append(f"{name} {a[name] if a[name] is not None else '(set)'} -> {b[name]}")
+        elif name in b and name not in a:
+            lines.append(f"{show(name, b[name])} (added)")
+        elif name in a and name not in b:
+            lines.append(f"{show(name, a[name])} (removed)")
+    return lines

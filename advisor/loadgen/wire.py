@@ -23,17 +23,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
+from advisor.errors import AdvisorError
 from probes.http import BasicAuth, BearerAuth, HttpConfig, ssl_context
 
 MAX_LINE = 1 << 20  # one SSE line; a server that sends more without a newline is an error
 MAX_IDLE = 512
 
 
-class WireError(Exception):
+class WireError(AdvisorError):
     """The answer broke HTTP/1.1 (or a line ran past MAX_LINE); the connection is dropped."""
 
 
-class ConnectError(ConnectionError):
+class ConnectError(AdvisorError, ConnectionError):
     """No connection: refused, unreachable, timed out, or the TLS handshake failed."""
 
 

@@ -24,6 +24,8 @@ from advisor.errors import AdvisorError
 from advisor.loadgen.record import RequestRecord
 from advisor.loadgen.runner import Progress, Run, Target
 from advisor.workload.plan import PlannedRequest
+from advisor.loadgen.loop import run_load
+from advisor.loadgen.runner import run
 
 READY_TIMEOUT_S = 60.0  # a spawned worker imports the advisor first
 START_MARGIN_S = 0.2  # between "every worker is ready" and the schedule's origin
@@ -35,9 +37,6 @@ class WorkerError(AdvisorError):
 
 def _worker(conn: Connection, target: Target, requests: list[PlannedRequest], prompts: dict[int, str],
             concurrency: int | None, duration_s: float | None, max_in_flight: int) -> None:
-    from advisor.loadgen.loop import run_load
-    from advisor.loadgen.runner import run
-
     conn.send(("ready",))
     start_at = conn.recv()
 

@@ -6,8 +6,8 @@ and the top check proved by an A/B experiment.
 Starts the CPU vLLM engine with two misconfigurations, --max-num-seqs 2 and prefix caching off
 although every prompt starts with the same long system prompt, and a Prometheus scraping it every
 2 s; drives more concurrent requests than the engine admits so that a queue forms, waits until
-Prometheus holds a full window of that load, stops the load, and runs `advisor diagnose
---experiment N` (--experiments N, default 1) against it: the diagnosis, and the top checks'
+Prometheus holds a full window of that load, stops the load, and runs the diagnosis service (what
+`advisor diagnose --experiment N` runs; --experiments N, default 1) against it in this process: the diagnosis, and the top checks'
 experiments against the real engine (each candidate on a second port, the baseline left serving),
 each replaying the traffic driven here (declared with --workload: the shared system prompt cannot be
 read from the metrics while prefix caching is off). Progress goes to stderr ("[local] ..."); the
@@ -17,20 +17,25 @@ report goes to stdout. Both servers stop on exit or Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from advisor.children import RESTORE_WAIT_S, stop_restoring
+from advisor import interrupts
 from advisor.escape import plain
 from advisor.localstack.deployment import write_deployment
 from advisor.localstack.engine import EngineError, LocalEngine
 from advisor.localstack.prometheus import LocalPrometheus, PrometheusError
 from advisor.localstack.traffic import DriveResult, drive_sync
+from advisor.app.diagnose import DiagnoseRequest, diagnose
+from advisor.app.snapshot import Source
+from advisor.errors import AdvisorError
+from rich.console import Console
+import os
+import secrets
+import yaml
 
 SCRAPE_S = 2
 
@@ -92,7 +97,6 @@ def traffic(url: str, args: argparse.Namespace, stop: threading.Event, deadline:
 
 def write_workload(args: argparse.Namespace, path: Path) -> Path:
     """The traffic driven here as a workload spec (one word of the tiny model is one token)."""
-    import yaml
 
     spec = {"name": "local-demo", "source": "the traffic python -m advisor.localstack drives",
             "requests": args.requests, "arrival": {"kind": "concurrency", "concurrency": args.concurrency},
@@ -105,41 +109,30 @@ def write_workload(args: argparse.Namespace, path: Path) -> Path:
 
 def run_diagnosis(prom_url: str, window: int, deployment: Path | None, experiments: int = 1,
                   workload: Path | None = None) -> int:
-    cmd = [sys.executable, "-m", "advisor.cli", "diagnose", "--prom-url", prom_url, "--window", f"{window}s"]
-    if deployment:
-        cmd += ["--deployment", str(deployment)] + (["--experiment", str(experiments)] if experiments else [])
-        if experiments and workload:
-            cmd += ["--workload", str(workload)]
-    log("running: advisor " + " ".join(cmd[3:]))
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
-    limit = 1500 + 900 * max(0, experiments - 1)
+    """The diagnosis service in this process, its report on stdout as `advisor diagnose` prints it.
+    An interrupt during an experiment ends it after the baseline's restore (advisor/interrupts.py)."""
+
+    from advisor.reports.diagnosis_text import render
+
+    n = experiments if deployment else 0
+    request = DiagnoseRequest(source=Source(prom_url=prom_url, window=f"{window}s"), deployment=deployment,
+                              experiments=n, workload=workload if n else None)
+    log(f"diagnosing {prom_url} over {window} s" + (f", proving the top {n} check(s)" if n else ""))
     try:
-        rc = proc.wait(timeout=limit)
-    except subprocess.TimeoutExpired:
-        log(f"the diagnosis ran past {limit} s; stopping it (its experiment restores the baseline first)")
-        _stop_child(proc)
-        return 1
-    except BaseException:
-        # Interrupted (Ctrl-C, SIGTERM): never SIGKILL the diagnosis at once, as subprocess.run
-        # would; its experiment must stop the candidate it started and restore the baseline.
-        log("stopping the diagnosis; its experiment restores the baseline first")
-        _stop_child(proc)
-        raise
-    # 1 means symptoms were found: that is the diagnosis working, not failing.
-    return 0 if rc in (0, 1) else rc
-
-
-def _stop_child(proc: subprocess.Popen) -> None:
-    """The diagnosis' (or dashboard's) experiment restores its baseline first: advisor/children.py."""
-    stop_restoring(proc, wait_s=RESTORE_WAIT_S, say=log, what="the child")
+        outcome = diagnose(request, say=log)
+    except AdvisorError as e:
+        log(f"error: {e}")
+        return 2
+    render(outcome.diagnosis, Console(soft_wrap=False, width=None if sys.stdout.isatty() else 140))
+    return 130 if interrupts.received() else 0
 
 
 def serve_dashboard(engine: LocalEngine, prom: LocalPrometheus, args: argparse.Namespace) -> int:
-    """advisor serve beside the local deployment, with an advisor.yaml that names it, until Ctrl-C."""
-    import os
-    import secrets
+    """The dashboard (advisor serve) in this process, beside the local deployment, with an
+    advisor.yaml that names it, until Ctrl-C; experiments it started restore their baselines first."""
 
-    import yaml
+
+    from advisor.web.serve import serve
 
     home = Path(tempfile.mkdtemp(prefix="advisor-local-"))
     write_deployment(engine, home / "deployment.yaml")
@@ -151,21 +144,19 @@ def serve_dashboard(engine: LocalEngine, prom: LocalPrometheus, args: argparse.N
     token = os.environ.get("ADVISOR_API_TOKEN") or secrets.token_urlsafe(16)
     log(f"advisor.yaml: {home / 'advisor.yaml'}")
     log(f"dashboard: http://127.0.0.1:{args.serve}/  (API token for its actions: {token}); Ctrl-C stops everything")
-    proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "serve", "--config", str(home / "advisor.yaml"),
-                             "--port", str(args.serve)], stdin=subprocess.DEVNULL,
-                            env={**os.environ, "ADVISOR_API_TOKEN": token})
     try:
-        return proc.wait()
-    except BaseException:
-        log("stopping the dashboard; experiments it started restore their baseline first")
-        _stop_child(proc)
-        raise
+        serve(home / "advisor.yaml", port=args.serve, token=token, say=log)
+    except AdvisorError as e:
+        log(f"error: {e}")
+        return 2
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # systemd, CI and `timeout` stop us with SIGTERM: unwind through the finally below like Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # systemd, CI and `timeout` stop us with SIGTERM: unwind through the finally below like Ctrl-C,
+    # and an experiment's restore is finished before either ends it.
+    interrupts.install(log)
     t0 = time.monotonic()
     engine = LocalEngine(max_num_seqs=args.max_num_seqs,
                          extra_args=[] if args.prefix_caching else ["--no-enable-prefix-caching"])

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import atexit
-import os
-import signal
 import subprocess
 import time
-from collections import deque
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import httpx
-
+from advisor import child_env, children, engine_process
 from advisor.cores import isolate_engine_core
 from advisor.errors import AdvisorError
 from advisor.localstack import paths
@@ -32,14 +28,6 @@ def _stop_leftovers() -> None:
 
 class EngineError(AdvisorError, RuntimeError):
     """The engine could not be started, or died before it became healthy."""
-
-
-def _tail(path: Path, n: int = 20) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(deque(f, maxlen=n)).rstrip()
-    except OSError:
-        return "(no log)"
 
 
 class LocalEngine:
@@ -106,12 +94,8 @@ class LocalEngine:
         return cmd + self.extra_args
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        # The advisor's own PYTHONPATH would shadow the engine venv's pinned packages.
-        env.pop("PYTHONPATH", None)
-        env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"})
-        env.update(self.env)
-        return env
+        # None of the advisor's secrets, nor its PYTHONPATH (it would shadow the engine venv's packages).
+        return child_env.for_child({"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **self.env})
 
     name = "vLLM engine"  # in messages
     log_prefix = "engine"
@@ -129,64 +113,39 @@ class LocalEngine:
         self._check_installed()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.log_dir / f"{self.log_prefix}-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=self._environment(), start_new_session=True,
-            )
+        self.proc = children.spawn(self.command(), self.log_path, env=self._environment())
         self.started_at = time.monotonic()
         _live.add(self)
         return self
 
     def _failure(self, headline: str) -> EngineError:
-        return EngineError(f"{headline} (log: {self.log_path}); last 20 lines:\n{_tail(self.log_path)}")
+        tail = engine_process.log_tail(self.log_path, 20)
+        return EngineError(f"{headline} (log: {self.log_path}); last 20 lines:\n"
+                           + ("\n".join(tail).rstrip() if tail is not None else "(no log)"))
 
     def wait_healthy(self, timeout: float = 240) -> "LocalEngine":
         if self.proc is None:
             raise EngineError("engine not started: call start() first")
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=2.0) as client:
-            while True:
-                rc = self.proc.poll()
-                if rc is not None:
-                    _live.discard(self)
-                    raise self._failure(f"{self.name} on port {self.port} exited with code {rc} before it became healthy")
-                try:
-                    if client.get(f"{self.url}/health").status_code == 200:
-                        self.healthy_after_s = time.monotonic() - self.started_at
-                        if self.isolate_engine_core:
-                            self.placement = isolate_engine_core(self.proc.pid)
-                        return self
-                except httpx.HTTPError:
-                    pass  # not listening yet
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise self._failure(f"{self.name} on port {self.port} not healthy after {timeout:.0f} s; stopped it")
-                time.sleep(1.0)
+        started = engine_process.wait_healthy(self.proc, self.url, "/health", timeout)
+        if started == "exited":
+            _live.discard(self)
+            raise self._failure(f"{self.name} on port {self.port} exited with code {self.proc.returncode} before it "
+                                "became healthy")
+        if started == "late":
+            self.stop()
+            raise self._failure(f"{self.name} on port {self.port} not healthy after {timeout:.0f} s; stopped it")
+        self.healthy_after_s = time.monotonic() - self.started_at
+        if self.isolate_engine_core:
+            self.placement = isolate_engine_core(self.proc.pid)
+        return self
 
     def stop(self, grace: float = 20) -> None:
         proc, self.proc = self.proc, None
         _live.discard(self)
-        if proc is None or proc.poll() is not None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(wait)
-                break
-            except ProcessLookupError:
-                return
-            except subprocess.TimeoutExpired:
-                continue
-        # The API server can exit before its engine-core child; leave no straggler in the group.
-        deadline = time.monotonic() + 5
-        try:
-            while time.monotonic() < deadline:
-                os.killpg(proc.pid, 0)
-                time.sleep(0.1)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if proc is not None:
+            # Its whole group (start_new_session): vLLM's API server can exit before its engine-core
+            # child, so the group is swept too, and no straggler keeps a port and its KV cache.
+            children.stop(proc, grace, group=True, kill_wait=10, group_wait=5, what=self.name)
 
     def __enter__(self) -> "LocalEngine":
         self.start()
@@ -225,7 +184,7 @@ class LlamaServer(LocalEngine):
                 "-np", str(self.max_num_seqs or 1), "-t", str(self.threads), *self.extra_args]
 
     def _environment(self) -> dict[str, str]:
-        return {**os.environ, **self.env}
+        return child_env.for_child(self.env)
 
     def _check_installed(self) -> None:
         binary = paths.llama_cpp_bin("llama-server")

@@ -3,6 +3,7 @@ llama.cpp and the tiny model's GGUF files (keep them in step)."""
 
 import os
 from pathlib import Path
+import socket
 
 SERVED_MODEL_NAME = "tiny-llama"
 
@@ -54,7 +55,6 @@ def log_dir() -> Path:
 def free_port(run: int = 1) -> int:
     """A port the kernel just handed out, with the `run - 1` ports above it free too (an arm's
     replicas serve from its port up); a small race remains until the servers bind them."""
-    import socket
 
     for _ in range(64):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

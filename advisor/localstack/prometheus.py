@@ -5,19 +5,20 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
-from collections import deque
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
-import httpx
 import yaml
 
+from advisor import child_env, children
+from advisor.engine_process import log_tail
 from advisor.errors import AdvisorError
 from advisor.localstack import paths
+from probes.prometheus import PrometheusClient
 
 HOST = "127.0.0.1"
 SETUP_HINT = "run scripts/setup.sh (it installs Debian's prometheus package)"
@@ -56,7 +57,7 @@ def backfill(openmetrics_text: str, data_dir: Path | str) -> None:
     try:
         done = subprocess.run(
             [_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", f.name, str(data_dir)],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True, text=True, timeout=120, env=child_env.for_child(),
         )
     finally:
         os.unlink(f.name)
@@ -112,10 +113,7 @@ class LocalPrometheus:
             "--storage.tsdb.retention.time=30d",
         ]
         started = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        self.proc = children.spawn(cmd, self.log_path, env=child_env.for_child())
         _live.add(self)
         try:
             self._wait_ready(timeout)
@@ -126,39 +124,28 @@ class LocalPrometheus:
         return self
 
     def _failure(self, headline: str) -> PrometheusError:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                tail = "".join(deque(f, maxlen=20)).rstrip()
-        except OSError:
-            tail = "(no log)"
-        return PrometheusError(f"{headline}; last 20 log lines:\n{tail}")
+        tail = log_tail(self.log_path, 20)
+        return PrometheusError(f"{headline}; last 20 log lines:\n"
+                               + ("\n".join(tail).rstrip() if tail is not None else "(no log)"))
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=2.0) as client:
+        with PrometheusClient(self.url, timeout=2.0) as client:
             while True:
                 rc = self.proc.poll()
                 if rc is not None:
                     raise self._failure(f"prometheus on port {self.port} exited with code {rc} before it was ready")
-                try:
-                    if client.get(f"{self.url}/-/ready").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass  # not listening yet
+                if client.ready():
+                    return
                 if time.monotonic() > deadline:
                     raise self._failure(f"prometheus on port {self.port} not ready after {timeout:.0f} s")
                 time.sleep(0.25)
 
     def query(self, expr: str, at: float | None = None) -> list[dict]:
-        """An instant query's result vector; raises on an API error."""
-        params = {"query": expr}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        r = httpx.get(f"{self.url}/api/v1/query", params=params, timeout=10)
-        body = r.json()
-        if body.get("status") != "success":
-            raise PrometheusError(f"query {expr!r} failed: {body.get('error', r.text)}")
-        return body["data"]["result"]
+        """An instant query's result vector (at: Unix seconds; None: now); ProbeError when Prometheus
+        refuses it."""
+        with PrometheusClient(self.url, timeout=10.0) as client:
+            return client.query(expr, None if at is None else datetime.fromtimestamp(at, timezone.utc))
 
     def wait_scraped(self, timeout: float = 30) -> None:
         """Until every target has been scraped once: a counter needs a sample from before the load,
@@ -174,15 +161,8 @@ class LocalPrometheus:
     def stop(self, grace: float = 10) -> None:
         proc, self.proc = self.proc, None
         _live.discard(self)
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-            except ProcessLookupError:
-                pass
+        if proc is not None:
+            children.stop(proc, grace, group=True, kill_wait=5, what="prometheus")
         self._tmp.cleanup()
 
     def __enter__(self) -> "LocalPrometheus":

@@ -15,7 +15,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from advisor.inputs import open_input
 from advisor.models.structure import ModelConfigError
+from importlib.metadata import PackageNotFoundError, version
 
 MAGIC = b"GGUF"
 
@@ -49,7 +51,7 @@ def read(path: Path) -> GGUFHeader:
     """The header of one GGUF file. Raises GGUFError in one line."""
     try:
         size = path.stat().st_size
-        with open(path, "rb") as f:
+        with open_input(path, GGUFError, limit=None) as f:  # a FIFO or a device is refused, not read
             head = f.read(24)
     except OSError as e:
         raise GGUFError(f"{path}: {e.strerror or e}") from None
@@ -111,8 +113,6 @@ def _short(e: Exception) -> str:
 
 
 def _gguf_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("gguf")
     except PackageNotFoundError:
@@ -123,7 +123,7 @@ def looks_like_gguf(path: Path) -> bool:
     if path.suffix.lower() == ".gguf":
         return True
     try:
-        with open(path, "rb") as f:
+        with open_input(path, GGUFError, limit=None) as f:
             return f.read(4) == MAGIC
-    except OSError:
+    except (OSError, GGUFError):
         return False

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from advisor.models.four_layers import Inspection, RoleTally, name_bpw, pattern
 from advisor.models.gguf_file import GGUFError, GGUFHeader, read
+from advisor.models.structure import ModelConfigError, parse
 
 # Recipe families of the GGML types (ggml/src/ggml-quants.c, gguf.constants.GGML_QUANT_SIZES).
 _FAMILY = {
@@ -137,7 +138,6 @@ def structure_gguf(path: Path):
     """The model's structure (layers, heads, KV heads, experts) from a GGUF file's `{arch}.*` keys,
     as the diagnosis reads a config.json's. llama.cpp caches K and V in F16 unless told otherwise
     (--cache-type-k/-v), so that is the dtype its KV bytes per token are counted in."""
-    from advisor.models.structure import ModelConfigError, parse
 
     meta = read(path).metadata
     arch = meta.get("general.architecture")

@@ -20,6 +20,7 @@ from pathlib import Path
 from advisor.models.four_layers import Inspection, RoleRow, RoleTally, name_bpw, pattern
 from advisor.models.safetensors import SafetensorsError, Tensor, read_header
 from advisor.models.structure import ModelConfigError, declared_quantization
+from advisor.models.gguf_file import looks_like_gguf
 
 # Tensor-name suffixes that belong to one quantized weight (its packed values and their side data).
 _PARTS = re.compile(r"\.(weight|qweight|weight_packed|scales|qzeros|g_idx|weight_scale|weight_scale_inv|"
@@ -153,8 +154,6 @@ def inspect(path: Path | str) -> Inspection:
 
 
 def _is_gguf(path: Path) -> bool:
-    from advisor.models.gguf_file import looks_like_gguf
-
     if path.is_dir():
         return not any(path.glob("*.safetensors")) and any(path.glob("*.gguf"))
     return path.is_file() and path.suffix.lower() != ".safetensors" and looks_like_gguf(path)

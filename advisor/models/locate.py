@@ -7,6 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Sequence
+from advisor import net
+from advisor.models.structure import ModelConfigError
+from probes.errors import ProbeError
+from urllib.parse import urlsplit
 
 
 def hub_cache() -> Path:
@@ -75,11 +79,7 @@ def served_weights(url: str, timeout: float = 10.0) -> tuple[str, str]:
     """(the path the engine at `url` serves its model from, where that came from): vLLM's
     /v1/models `root`, or llama.cpp's /props `model_path`. A path on the engine's host: only read
     here when the engine runs here. Raises ModelConfigError in one line."""
-    from urllib.parse import urlsplit
 
-    from advisor import net
-    from advisor.errors import ProbeError
-    from advisor.models.structure import ModelConfigError
     from probes.http import client, request
 
     base = url.rstrip("/")

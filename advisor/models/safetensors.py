@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from advisor.inputs import open_input
 from advisor.models.structure import ModelConfigError
 
 # Bits per element of each safetensors dtype (F8_*: the FP8 formats; packed int4 travels as I32/U8).
@@ -43,7 +44,7 @@ def read_header(path: Path) -> tuple[list[Tensor], dict[str, str]]:
     """(tensors, __metadata__) of one .safetensors file. Raises SafetensorsError in one line."""
     try:
         size = path.stat().st_size
-        with open(path, "rb") as f:
+        with open_input(path, SafetensorsError, limit=None) as f:  # a FIFO or a device is refused, not read
             head = f.read(8)
             if len(head) < 8:
                 raise SafetensorsError(f"{path}: {size} bytes, too short for a safetensors header")

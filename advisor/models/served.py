@@ -10,6 +10,7 @@ from advisor.models.gguf_file import looks_like_gguf
 from advisor.models.gguf_inspect import structure_gguf
 from advisor.models.locate import config_path, model_args
 from advisor.models.structure import ModelConfigError, ModelStructure, read
+from urllib.parse import urlsplit
 
 
 def served_structure(snapshot, deployment=None) -> tuple[ModelStructure | None, str | None]:
@@ -46,8 +47,6 @@ def served_structure(snapshot, deployment=None) -> tuple[ModelStructure | None, 
 
 
 def _loopback(url: str) -> bool:
-    from urllib.parse import urlsplit
-
     return (urlsplit(url).hostname or "") in ("127.0.0.1", "localhost", "::1")
 
 

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from advisor.errors import AdvisorError
+from advisor.inputs import MAX_CONFIG_BYTES, open_input
 
 Attention = Literal["MHA", "GQA", "MQA", "MLA"]
 # Bytes per element of the KV cache by vLLM's --kv-cache-dtype; "auto" follows the model's dtype.
@@ -136,10 +137,12 @@ def parse(cfg: dict, source: str = "config.json") -> ModelStructure:
 
 def _load(path: Path) -> tuple[dict, Path]:
     file = path / "config.json" if path.is_dir() else path
+    if not file.exists():
+        raise ModelConfigError(f"{file}: no such file")
     try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelConfigError(f"{file}: no such file") from None
+        # Not a FIFO or a device (open_input): a config.json is a file, read whole and bounded.
+        with open_input(file, ModelConfigError, MAX_CONFIG_BYTES) as f:
+            raw = json.loads(f.read(MAX_CONFIG_BYTES + 1).decode("utf-8"))
     except (OSError, UnicodeDecodeError) as e:
         raise ModelConfigError(f"{file}: cannot read it ({e})") from None
     except json.JSONDecodeError as e:

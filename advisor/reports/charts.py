@@ -19,6 +19,7 @@ from datetime import datetime
 from markupsafe import Markup
 
 from advisor import escape
+import functools
 
 BASELINE, CANDIDATE = "#4c72b0", "#dd8452"
 VERDICT_COLOR = {"improved": "#2a9d4b", "regressed": "#c0392b", "no change": "#7f8c8d", "inconclusive": "#b7950b"}
@@ -32,7 +33,6 @@ LOCK = threading.RLock()
 
 def charted(fn):
     """Draws under LOCK (the decorated chart functions)."""
-    import functools
 
     @functools.wraps(fn)
     def locked(*args, **kwargs):

@@ -7,18 +7,22 @@ and show literally."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.table import Table
 
 from advisor.diagnosis import Diagnosis
 from advisor.escape import markup as _e
-from advisor.reports.views import diagnosis_view
+from advisor.experiments.result import ExperimentResult
+from advisor.reports.views import diagnosis_view, experiment_views
 
 COLOR = {"warning": "magenta", "low": "cyan", "moderate": "yellow", "severe": "red", "critical": "bold red"}
 
 
-def render(d: Diagnosis, console: Console) -> None:
-    v = diagnosis_view(d, charts_on=False)
+def render(d: Diagnosis, console: Console, results: Sequence[ExperimentResult] = ()) -> None:
+    """`results`: the experiments its checks ran, as run (a stored diagnosis' come from the store)."""
+    v = diagnosis_view(d, experiments=experiment_views(results, charts_on=False), charts_on=False)
     console.print(f"[bold]{_e(v.target)}[/] via {_e(v.via)}, window {_e(v.window.replace(' ', ''))}, "
                   f"{_e(v.engine)} {_e(', '.join(v.models))}".rstrip(), highlight=False)
     console.print(f"[dim]SLOs: {_e(v.slo)}[/]", highlight=False)
@@ -53,22 +57,18 @@ def render(d: Diagnosis, console: Console) -> None:
         for c in v.checks:
             if c.outcome is not None:
                 o = c.outcome
-                ci = _e(f"[{o.ci[0]}, {o.ci[1]}]") if o.ci else "-"
-                console.print(f"\n[bold]Experiment for check #{c.rank}[/] ({_e(c.mechanism)} -> {_e(o.value)}): "
-                              f"[bold]{_e(o.verdict.upper())}[/] on {_e(o.metric)}, candidate/baseline {o.ratio or '-'}, "
-                              f"{o.level} CI {ci}; {_e(o.status)}, baseline restored: {_e(o.restored)}  "
-                              f"[dim]{_e(o.experiment)}[/]", highlight=False)
-                if o.stopped:
-                    console.print(f"  [dim]stopped: {_e(o.stopped)}"
-                                  + (f"; {o.looks} look{'s' if o.looks != 1 else ''}, {o.requests} requests"
-                                     if o.looks else "") + "[/]", highlight=False)
+                x = by_id.get(o.experiment)
+                title = x.title if x is not None else c.mechanism
+                console.print(f"\n[bold]Experiment for check #{c.rank}[/] ({_e(title)}): [bold]{_e(o.verdict.upper())}[/] "
+                              f"{_e(o.detail)}" + (f"; {_e(o.status)}, baseline {_e(o.restored)}" if o.status else "")
+                              + f"  [dim]{_e(o.experiment)}[/]", highlight=False)
+                if o.looks:
+                    console.print(f"  [dim]{o.looks} look{'s' if o.looks != 1 else ''}, {o.requests} requests[/]",
+                                  highlight=False)
                 if o.workload:
                     console.print(f"  [dim]workload: {_e(o.workload)}[/]", highlight=False)
-                x = by_id.get(o.experiment)
                 if x is not None:
                     _per_arm(x, console)
-                if o.why:
-                    console.print(f"  [dim]why: {_e(o.why)}[/]", highlight=False)
                 if o.fails_means:
                     console.print(f"  if it fails, it means: {_e(o.fails_means)}", highlight=False)
             elif c.skipped is not None:  # every skipped check, whatever its rank, with its reason

@@ -7,9 +7,16 @@ import os
 import tempfile
 from pathlib import Path
 
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
 from advisor.diagnosis.model import Diagnosis
 from advisor.errors import AdvisorError
+from advisor.experiments.result import ExperimentResult
 from advisor.reports import html, views
+from advisor.store.errors import StoreError, one_line
+from datetime import datetime, timezone
 
 FORMATS = {".html": "html", ".htm": "html", ".md": "markdown"}
 
@@ -26,12 +33,13 @@ def format_of(path: Path) -> str:
 
 
 def diagnosis_document(d: Diagnosis, fmt: str, *, ident: int | None = None, deployment: str | None = None,
-                       experiments: list[views.ExperimentView] | None = None) -> str:
+                       results: Sequence[ExperimentResult] = ()) -> str:
+    """A diagnosis as it was just made; `results`: the experiments its checks ran."""
     if fmt == "markdown":
         from advisor.reports import markdown
 
-        return markdown.diagnosis(d, ident=ident, deployment=deployment)
-    view = views.diagnosis_view(d, ident=ident, deployment=deployment, experiments=experiments)
+        return markdown.diagnosis(d, results, ident=ident, deployment=deployment)
+    view = views.diagnosis_view(d, ident=ident, deployment=deployment, experiments=views.experiment_views(results))
     return html.render("diagnosis.html.j2", d=view)
 
 
@@ -41,33 +49,45 @@ STALE_S = 45 * 60
 
 
 def stored_experiment_view(store, experiment_id: int, charts_on: bool = True) -> views.ExperimentView:
-    from datetime import datetime, timezone
-
     stored = store.get_experiment(experiment_id)
     s = stored.summary
+    result = stored_result(stored)
     status = s.status
     if status == "running" and (datetime.now(timezone.utc) - s.updated_at).total_seconds() > STALE_S:
         status = "stale"
-    running = store.list_load_runs(experiment_id=s.id, limit=1000) if stored.result is None else None
-    return views.experiment_view(stored.result, key=s.key, deployment=s.deployment, mechanism=s.mechanism,
+    running = store.list_load_runs(experiment_id=s.id, limit=1000) if result is None else None
+    return views.experiment_view(result, key=s.key, deployment=s.deployment, mechanism=s.mechanism,
                                  value=s.value, status=status, design=stored.design,
                                  running_blocks=list(reversed(running or [])), ident=s.id,
                                  diagnosis_id=s.diagnosis_id, created=s.created_at, charts_on=charts_on)
 
 
-def stored_diagnosis_view(store, diagnosis_id: int) -> views.DiagnosisView:
-    """A saved diagnosis' view, with the full results (every block) of the experiments run for it."""
+def stored_result(stored) -> ExperimentResult | None:
+    """A stored experiment's result, typed: None while it runs or when it ended without one."""
+    if stored.result_document is None:
+        return None
+    try:
+        return ExperimentResult.model_validate(stored.result_document)
+    except ValidationError as exc:
+        raise StoreError(f"experiment {stored.summary.id} does not read as an ExperimentResult: "
+                         f"{one_line(exc)} ({exc.error_count()} errors)") from exc
+
+
+def stored_diagnosis_view(store, diagnosis_id: int, charts_on: bool = True) -> views.DiagnosisView:
+    """A saved diagnosis' view, with the stored results (every block) of the experiments run for it."""
     d = store.get_diagnosis(diagnosis_id)
     summary = store.get_diagnosis_summary(diagnosis_id)
     linked = store.list_experiments(diagnosis_id=diagnosis_id)
-    experiments = [stored_experiment_view(store, e.id) for e in reversed(linked)] if linked else None
-    return views.diagnosis_view(d, ident=diagnosis_id, deployment=summary.deployment, experiments=experiments)
+    experiments = [stored_experiment_view(store, e.id, charts_on=charts_on) for e in reversed(linked)]
+    return views.diagnosis_view(d, ident=diagnosis_id, deployment=summary.deployment, experiments=experiments,
+                                charts_on=charts_on)
 
 
 def stored_diagnosis(store, diagnosis_id: int, fmt: str) -> str:
-    if fmt == "markdown":  # no charts, no experiment views to draw
-        return diagnosis_document(store.get_diagnosis(diagnosis_id), fmt, ident=diagnosis_id,
-                                  deployment=store.get_diagnosis_summary(diagnosis_id).deployment)
+    if fmt == "markdown":
+        from advisor.reports import markdown
+
+        return markdown.render("diagnosis.md.j2", v=stored_diagnosis_view(store, diagnosis_id, charts_on=False))
     return html.render("diagnosis.html.j2", d=stored_diagnosis_view(store, diagnosis_id))
 
 

@@ -31,7 +31,8 @@ def render(r, console: Console) -> None:
         console.print(f"[dim]stopped:[/] {_e(x.stop_reason)}", highlight=False)
     for i, look in enumerate(x.looks, start=1):
         console.print(f"[dim]  look {i}: {look['blocks']} blocks per arm, {look['requests']} requests, ratio "
-                      f"{_e(look['ratio'])}, {_e(look['level'])} CI {_e(look['ci'])}: {_e(look['verdict'])}[/]",
+                      f"{_e(look['ratio'])}, {_e(look['level'])} CI {_e(look['ci'])}: {_e(look['verdict'])}"
+                      + (f" ({_e(look['reason'])})" if look['reason'] else "") + "[/]",
                       highlight=False)
     if x.verdict == "inconclusive" and x.reason and not x.aborted:
         console.print(f"[yellow]why:[/] {_e(x.reason)}", highlight=False)
@@ -136,7 +137,7 @@ def render_plans(rows, console: Console, as_json: bool = False) -> None:
     for source in dict.fromkeys(r.noise.source for r in rows if short(r.noise.source) != "default"):
         console.print(f"[dim]{_e(short(source))}: {_e(source)}[/]", highlight=False)
     if any(short(r.noise.source) == "default" for r in rows):
-        from advisor.experiments.planning import CONSERVATIVE_REQUESTS
+        from advisor.experiments.design.planning import CONSERVATIVE_REQUESTS
 
         console.print(f"[dim]default: a stated conservative noise, not measured (block log-SD per statistic at "
                       f"{CONSERVATIVE_REQUESTS} requests per block, half of it drift); run advisor experiment --aa "

@@ -53,11 +53,13 @@ def render(template: str, **context) -> str:
     return environment().get_template(template).render(**context)
 
 
-def diagnosis(d, **view) -> str:
-    """A diagnosis as markdown, from the same view as the HTML report (no charts in markdown)."""
-    from advisor.reports.views import diagnosis_view
+def diagnosis(d, results=(), **view) -> str:
+    """A diagnosis as markdown, from the same view as the HTML report (no charts in markdown);
+    `results`: the experiments its checks ran, as run."""
+    from advisor.reports.views import diagnosis_view, experiment_views
 
-    return render("diagnosis.md.j2", v=diagnosis_view(d, charts_on=False, **view))
+    return render("diagnosis.md.j2", v=diagnosis_view(d, experiments=experiment_views(results, charts_on=False),
+                                                      charts_on=False, **view))
 
 
 def experiment(view) -> str:

@@ -8,34 +8,23 @@ each medium escapes them its own way (HTML by jinja2's autoescape, markdown by i
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from dataclasses import asdict
 from datetime import datetime
 
 from markupsafe import Markup
 
 from advisor import escape
 from advisor.cost import cost_text
-from advisor.diagnosis.model import Diagnosis
-from advisor.experiments import readouts
-from advisor.experiments.result import CheckSkip, CheckVerdict, ExperimentResult, MetricResult
+from advisor.diagnosis.model import CheckSkip, Diagnosis, ExperimentRef
+from advisor.experiments.arms.engine_readouts import fmt as readout_fmt
+from advisor.experiments.design import readouts
+from advisor.experiments.result import BucketResult, ExperimentResult, MetricResult
 from advisor.reports import charts
-
-
-def ratio_text(r: float | None) -> str:
-    return "-" if r is None else f"{r:.2f}"
-
-
-def ci_text(ci: tuple[float, float] | None) -> str:
-    """Two decimals where they mean something; an early look's interval of a tail readout can span
-    1e-5 to 1e14, shown in two significant digits rather than as "0.00" or fifteen digits."""
-    def end(v: float) -> str:
-        return f"{v:.2f}" if v == 0 or 0.01 <= abs(v) < 1000 else f"{v:.2g}"
-
-    return "-" if not ci else f"[{end(ci[0])}, {end(ci[1])}]"
-
-
-def level_text(level: float | None) -> str:
-    return f"{100 * level:.3g} %" if level else "95 %"
+from advisor.verdict import interval_text, level_text, ratio_text
+from advisor.units import fmt as with_unit
+from probes.catalog import signal_unit
 
 
 def when(t: datetime | None) -> str:
@@ -144,14 +133,15 @@ class ExperimentView:
     models: list[tuple[str, str]] = field(default_factory=list)  # a model-file swap: (arm, its four layers)
     memory: str | None = None  # both arms' resident memory
     explanation: str | None = None  # the map's reading of a failure (dequantization ate the gain)
+    outcome: VerdictParts | None = None  # the verdict as a diagnosis' check shows it; None while it runs
 
 
-def _metric_rows(metrics: list[MetricResult], primary: str) -> list[MetricRow]:
+def _metric_rows(metrics: list[MetricResult]) -> list[MetricRow]:
     rows = []
     for i, m in enumerate(metrics):
         rows.append(MetricRow(f"{m.metric} {m.statistic}", "primary" if i == 0 else "secondary",
                               _readout_value(m, m.baseline_value), _readout_value(m, m.candidate_value),
-                              ratio_text(m.ratio), ci_text(m.ci), level_text(m.level), m.verdict, m.reason, "-" if m.adjusted_p is None else f"{m.adjusted_p:.3g}", m.method))
+                              ratio_text(m.ratio), interval_text(m.ci), level_text(m.level), m.verdict, m.reason, "-" if m.adjusted_p is None else f"{m.adjusted_p:.3g}", m.method))
     return rows
 
 
@@ -170,8 +160,9 @@ def _seconds(v: float | None) -> str:
     return (f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms") if ms < 999.5 else f"{v:.3g} s"
 
 
-def _title(mechanism: str, value: str) -> str:
-    return "A/A (baseline against itself)" if mechanism == "aa" else f"{mechanism} -> {value}"
+def experiment_title(mechanism: str, value: str) -> str:
+    """What an experiment changed, "max_num_seqs -> 8"; an A/A run changes nothing and says so."""
+    return "A/A run (the baseline against itself)" if mechanism == "aa" else f"{mechanism} -> {value}"
 
 
 # Units a server value is unreadable without (19.7 could be seconds or a count; 0.0012 a share);
@@ -180,10 +171,6 @@ _SHOWN_UNITS = ("s", "ratio", "percent", "bytes")
 
 
 def _server_rows(r: ExperimentResult) -> list[ServerRowView]:
-    from advisor.experiments.engine_readouts import fmt
-    from advisor.units import fmt as with_unit
-    from probes.catalog import signal_unit
-
     def change(b: float | None, c: float | None) -> str:
         return "-" if b is None or c is None or b == 0 else f"x{c / b:.3g}"
 
@@ -192,20 +179,20 @@ def _server_rows(r: ExperimentResult) -> list[ServerRowView]:
             unit = signal_unit(signal)
         except KeyError:
             unit = None
-        return with_unit(v, unit) if unit in _SHOWN_UNITS and v is not None else fmt(v)
+        return with_unit(v, unit) if unit in _SHOWN_UNITS and v is not None else readout_fmt(v)
 
     return [ServerRowView(x.signal, shown(x.signal, x.baseline), shown(x.signal, x.candidate),
                           change(x.baseline, x.candidate), x.watched) for x in r.server]
 
 
-def _bucket_rows(r: ExperimentResult) -> list[BucketRow]:
+def _bucket_rows(buckets: list[BucketResult]) -> list[BucketRow]:
     def cell(m: MetricResult | None) -> str:
         if m is None:
             return "-"
-        return f"{ratio_text(m.ratio)} {ci_text(m.ci)} {m.verdict}".replace("- - ", "")
+        return f"{ratio_text(m.ratio)} {interval_text(m.ci)} {m.verdict}".replace("- - ", "")
 
     rows = []
-    for b in r.buckets:
+    for b in buckets:
         by = {m.metric: m for m in b.metrics}
         rows.append(BucketRow(b.bucket, f"{b.requests[0]} / {b.requests[1]}", cell(by.get("ttft")), cell(by.get("tpot"))))
     return rows
@@ -239,39 +226,42 @@ def experiment_view(result: ExperimentResult | None, *, key: str = "", deploymen
                            b.valid, b.why_invalid, "-") for i, b in enumerate(running_blocks or [])]
         return ExperimentView(key, deployment, mechanism, value, status or "running", "-", "-", "-", "-", "-",
                               None, None, "-", None, None, None, [], blocks, [], design_lines, "{}", None, None,
-                              ident, diagnosis_id, when(created), title=_title(mechanism, value))
-    r = result
+                              ident, diagnosis_id, when(created), title=experiment_title(mechanism, value))
+    r, j = result, result.judgement  # the judgement stored with the result: shown, never recomputed
     blocks = [BlockRow(i + 1, b.arm, b.block + 1, b.requests, b.ok, b.errors, _seconds(b.ttft_p50),
                        _seconds(b.tpot_p50), _seconds(b.e2e_p95), b.generator_valid, b.why_invalid,
                        "-" if b.restart_s is None else f"{b.restart_s:.1f} s", str(b.warmup_requests or "-"),
                        "-" if not b.server or b.server.outside_requests is None else str(b.server.outside_requests))
               for i, b in enumerate(r.blocks)]
-    metrics = _metric_rows(r.metrics, r.primary_metric)
     forest_svg = blocks_svg = None
     if charts_on:
-        margin = r.metrics[0].margin if r.metrics else 0.05
+        margin = j.metrics[0].margin if j.metrics else 0.05
         forest_svg = charts.forest([(f"{m.metric} {m.statistic}" + (" (primary)" if i == 0 else ""), m.ratio, m.ci,
-                                     m.verdict) for i, m in enumerate(r.metrics)], margin=margin)
+                                     m.verdict) for i, m in enumerate(j.metrics)], margin=margin)
         blocks_svg = charts.blocks([(i + 1, b.arm, b.ttft_p50, b.generator_valid) for i, b in enumerate(r.blocks)],
                                    "TTFT p50 per block (s)")
     looks = [{"blocks": look.blocks, "level": level_text(1 - look.alpha), "verdict": look.verdict,
-              "ratio": ratio_text(look.ratio), "ci": ci_text(look.ci), "requests": look.requests or "-"}
-             for look in r.looks]
-    level = r.metrics[0].level if r.metrics else None
+              "ratio": ratio_text(look.ratio), "ci": interval_text(look.ci), "requests": look.requests or "-",
+              "reason": look.reason or ""}
+             for look in j.looks]
     return ExperimentView(
         key=r.id, deployment=r.deployment, mechanism=r.mechanism, value=r.value, status=status or r.status,
-        verdict=r.verdict, primary=r.primary_metric, ratio=ratio_text(r.ratio), ci=ci_text(r.ci),
-        level=level_text(level), stop_reason=r.stop_reason, reason=r.reason, restored=restored_text(r.baseline_restored),
-        restore_note=r.restore_note, aborted=r.aborted, fails_means=r.fails_means, metrics=metrics, blocks=blocks,
-        looks=looks, design=design_lines, manifest_json=escape.json_text(r.manifest), forest_svg=forest_svg,
-        blocks_svg=blocks_svg, id=ident, diagnosis_id=diagnosis_id, created=when(created),
-        title=_title(r.mechanism, r.value), server=_server_rows(r), server_notes=list(r.server_notes),
-        quality=quality_text(r.quality),
+        verdict=j.verdict, primary=j.primary_metric, ratio=ratio_text(j.ratio), ci=interval_text(j.ci),
+        level=level_text(j.level), stop_reason=j.stop_reason, reason=j.reason,
+        restored=restored_text(r.baseline_restored), restore_note=r.restore_note, aborted=r.aborted,
+        fails_means=r.fails_means, metrics=_metric_rows(j.metrics), blocks=blocks, looks=looks, design=design_lines,
+        manifest_json=escape.json_text(r.manifest), forest_svg=forest_svg, blocks_svg=blocks_svg, id=ident,
+        diagnosis_id=diagnosis_id, created=when(created), title=experiment_title(r.mechanism, r.value),
+        server=_server_rows(r), server_notes=list(r.server_notes), quality=quality_text(j.quality),
         calibration=[NoiseRow(f"{n.metric} {n.statistic}", f"{n.block_sd:.3f}", f"{n.sampling_sd:.3f}",
                               f"{n.drift_sd:.3f}", n.blocks) for n in r.calibration or []],
-        manifest_line=_manifest_line(r.manifest), buckets=_bucket_rows(r),
-        cost=cost_text(r.cost, r.cost_note), models=[(arm, m.line()) for arm, m in r.models.items()],
-        memory=memory_text(r.memory), explanation=r.explanation)
+        manifest_line=_manifest_line(r.manifest), buckets=_bucket_rows(j.buckets),
+        cost=cost_text(j.cost, j.cost_note), models=[(arm, m.line()) for arm, m in r.models.items()],
+        memory=memory_text(j.memory), explanation=j.explanation, outcome=_outcome(r))
+
+
+def experiment_views(results: Sequence[ExperimentResult], charts_on: bool = True) -> list[ExperimentView]:
+    return [experiment_view(r, charts_on=charts_on) for r in results]
 
 
 def quality_text(q) -> str | None:
@@ -320,21 +310,47 @@ class FindingView:
 
 @dataclass
 class VerdictParts:
+    """An experiment's verdict as a diagnosis' check shows it: the verdict, and the rest of its one
+    line (`detail`), which every medium prints as it is; with the parts a medium shows beside it."""
+
     verdict: str
-    metric: str
-    ratio: str | None  # "0.50", None when no ratio was estimated
-    ci: tuple[str, str] | None  # the interval's ends, formatted
-    why: str | None  # the reason, shown for an inconclusive verdict
-    stopped: str | None
-    level: str = "95%"  # the interval's confidence level (the last look's)
+    detail: str  # "on ttft p95, ratio 0.50, 95 % CI [0.40, 0.60]; stopped: decisive at look 2 ..."
+    experiment: str
     value: str = ""  # the candidate's value
     status: str = ""
-    restored: bool | None = None
-    experiment: str = ""
+    restored: str = "-"
     looks: int = 0
     requests: int = 0  # sent to both arms by the last look
     workload: str | None = None
+    why: str | None = None  # the reason, shown for an inconclusive or overruled verdict
     fails_means: str | None = None  # shown for a regressed or unchanged verdict
+
+    @property
+    def line(self) -> str:
+        return f"{self.verdict} {self.detail}".rstrip()
+
+
+def _outcome(r: ExperimentResult) -> VerdictParts:
+    """The one place a verdict line is written, from the judgement stored with the result."""
+    j = r.judgement
+    why = j.reason if j.verdict == "inconclusive" or j.overrule is not None else None
+    detail = f"on {j.primary_metric}"
+    if j.ratio is not None:
+        detail += f", ratio {ratio_text(j.ratio)}, {level_text(j.level)} CI {interval_text(j.ci)}"
+    if why:
+        detail += f" ({why})"
+    if j.stop_reason:
+        detail += f"; stopped: {j.stop_reason}"
+    return VerdictParts(j.verdict, detail, r.id, value=r.value, status=r.status,
+                        restored=restored_text(r.baseline_restored), looks=len(j.looks),
+                        requests=sum(look.requests or 0 for look in j.looks[-1:]),
+                        workload=(r.manifest.get("workload") or {}).get("source"), why=why,
+                        fails_means=r.fails_means if j.verdict in ("regressed", "no change") else None)
+
+
+def _unread(ref: ExperimentRef) -> VerdictParts:
+    """A check's experiment whose result is not at hand (not given, or not in the store)."""
+    return VerdictParts(ref.verdict, f"(experiment {ref.experiment}: its result is not at hand)", ref.experiment)
 
 
 @dataclass
@@ -383,12 +399,10 @@ class DiagnosisView:
 
 
 def model_line(d: Diagnosis) -> str | None:
-    from advisor.units import fmt
-
     m = d.model_structure
     if m is None:
         return f"structure unknown: {d.model_note}" if d.model_note else None
-    kv = f"KV cache {fmt(d.kv_bytes_per_token, 'bytes')} per token" if d.kv_bytes_per_token else \
+    kv = f"KV cache {with_unit(d.kv_bytes_per_token, 'bytes')} per token" if d.kv_bytes_per_token else \
         "KV bytes per token unknown (the KV cache dtype is not known)"
     cap = f", capacity {d.kv_capacity_tokens:,} tokens" if d.kv_capacity_tokens else ""
     return f"{m.describe()}; {kv}{cap} (from {m.source})"
@@ -398,30 +412,6 @@ def tokenization_line(d: Diagnosis) -> str | None:
     if d.tokenization is not None:
         return d.tokenization.summary()
     return f"not measured: {d.tokenization_note}" if d.tokenization_note else None
-
-
-def _parts(v: CheckVerdict) -> VerdictParts:
-    return VerdictParts(v.verdict, v.primary_metric, None if v.ratio is None else ratio_text(v.ratio),
-                        (f"{v.ci[0]:.2f}", f"{v.ci[1]:.2f}") if v.ci else None,
-                        v.reason if v.verdict == "inconclusive" else None,
-                        v.stop_reason, level=f"{100 * v.level:.3g}%" if v.level else "95%", value=v.value,
-                        status=v.status, restored=v.baseline_restored, experiment=v.experiment, looks=len(v.looks),
-                        requests=sum(look.requests or 0 for look in v.looks[-1:]), workload=v.workload,
-                        fails_means=v.fails_means if v.verdict in ("regressed", "no change") else None)
-
-
-def _verdict_line(v: CheckVerdict | CheckSkip | None) -> tuple[str, str | None]:
-    if isinstance(v, CheckVerdict):
-        p = _parts(v)
-        line = f"{p.verdict} on {p.metric}" + (f", ratio {p.ratio}" if p.ratio else "") + (f" [{p.ci[0]}, {p.ci[1]}]" if p.ci else "")
-        if p.why:
-            line += f" ({p.why})"
-        if p.stopped:
-            line += f"; stopped: {p.stopped}"
-        return line, v.experiment
-    if isinstance(v, CheckSkip):
-        return f"not tested: {v.skipped}", None
-    return "-", None
 
 
 def _number(x) -> float | None:
@@ -435,28 +425,26 @@ def _evidence_chart(f) -> Markup | None:
 
 
 def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | None = None,
-                   experiments: list[ExperimentView] | None = None, charts_on: bool = True) -> DiagnosisView:
-    """The diagnosis; its experiments are the stored ones given, else those its checks carry."""
+                   experiments: Sequence[ExperimentView] = (), charts_on: bool = True) -> DiagnosisView:
+    """The diagnosis, each tested check with its experiment's view from `experiments` (the stored
+    results, or those just run: `experiment_views`)."""
     e = d.engine
+    by_key = {x.key: x for x in experiments}
     checks = []
     for c in d.checks:
-        line, exp = _verdict_line(c.verdict)
+        outcome = skipped = None
+        if isinstance(c.verdict, ExperimentRef):
+            x = by_key.get(c.verdict.experiment)
+            outcome = x.outcome if x is not None and x.outcome is not None else _unread(c.verdict)
+            line = outcome.line
+        elif isinstance(c.verdict, CheckSkip):
+            skipped = c.verdict.skipped
+            line = f"not tested: {skipped}"
+        else:
+            line = "-"
         checks.append(CheckRow(c.rank, c.title, c.rule_id, c.mechanism, c.direction or "", f"{c.score:.2f}", c.reason,
-                               c.look_at, c.held_back, c.already, line, exp,
-                               _parts(c.verdict) if isinstance(c.verdict, CheckVerdict) else None,
-                               c.verdict.skipped if isinstance(c.verdict, CheckSkip) else None, c.id))
-    if experiments is None:
-        experiments = []
-        for c in d.checks:
-            v = c.verdict
-            if isinstance(v, CheckVerdict):
-                r = ExperimentResult(id=v.experiment, deployment=deployment or "", mechanism=c.mechanism,
-                                     value=v.value, status=v.status, verdict=v.verdict, primary_metric=v.primary_metric,
-                                     ratio=v.ratio, ci=v.ci, reason=v.reason, metrics=v.metrics, looks=v.looks,
-                                     stop_reason=v.stop_reason, baseline_restored=v.baseline_restored,
-                                     fails_means=v.fails_means, manifest=v.manifest, server=v.server,
-                                     server_notes=v.server_notes)
-                experiments.append(experiment_view(r, charts_on=charts_on))
+                               c.look_at, c.held_back, c.already, line, outcome.experiment if outcome else None,
+                               outcome, skipped, c.id))
     status = "healthy: no rule fired" if not d.findings else d.summary
     return DiagnosisView(
         title=f"Diagnosis of {d.target}", target=d.target, via=d.via,
@@ -468,13 +456,12 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
                               [EvidenceRow(ev.text, ev.source) for ev in f.evidence],
                               _evidence_chart(f) if charts_on else None) for f in d.findings],
         checks=checks, not_evaluated=[(x.rule_id, x.reason) for x in d.not_evaluated], problems=list(d.problems),
-        experiments=experiments, id=ident, deployment=deployment, models=list(e.models), model_line=model_line(d),
-        tokenization_line=tokenization_line(d), cost_line=cost_text(d.cost, d.cost_note))
+        experiments=list(experiments), id=ident, deployment=deployment, models=list(e.models),
+        model_line=model_line(d), tokenization_line=tokenization_line(d), cost_line=cost_text(d.cost, d.cost_note))
 
 
 def as_json(view) -> str:
     """A view as JSON (charts left out): what the API returns beside a page."""
-    from dataclasses import asdict
 
     def clean(x):
         if isinstance(x, Markup):

@@ -14,6 +14,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from advisor.settings import get_settings
 from advisor.store.errors import StoreError, one_line, redact
 from advisor.store.repository import Store
+import tempfile
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SUPPORTED = ("sqlite", "postgresql")
@@ -96,7 +97,6 @@ def writable_dir(directory: Path, what: str) -> Path:
     """`directory`, created if missing, and shown to take a new file (tried, not guessed from
     permission bits: root, read-only mounts). One line naming `what` needed it, never a traceback.
     ADVISOR_DATA_DIR (the default store, experiment journals and locks) is checked this way."""
-    import tempfile
 
     blocker = next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:

@@ -1,20 +1,21 @@
-"""The store's experiments: a row written when one starts, completed when it ends, read back whole."""
+"""The store's experiments: a row written when one starts, completed when it ends, read back whole.
+
+The result is kept as the document its model wrote (an ExperimentResult, advisor/experiments/result.py,
+a layer above the store) and given back as that document, for the layer that knows its type to read.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from pydantic import ValidationError
 from sqlalchemy import select, update
 
-from advisor.store.errors import StoreError, one_line
+from advisor.store.documents import document, equal, finite, plain
+from advisor.store.errors import StoreError
 from advisor.store.tables import ExperimentRow
 from probes.http import redact_url
-
-if TYPE_CHECKING:
-    from advisor.experiments.result import ExperimentResult
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,24 @@ class StoredExperiment:
     summary: ExperimentSummary
     design: dict[str, Any]
     journal: str | None
-    result: ExperimentResult | None  # None while it runs, or if it died without a word
+    # The result's document; None while it runs, if it failed, or if it died without a word.
+    result_document: dict[str, Any] | None
+
+
+class FinishedExperiment(Protocol):
+    """What the store lists an ended experiment by, beside its whole document."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def primary_metric(self) -> str: ...
+    @property
+    def ratio(self) -> float | None: ...
+    @property
+    def baseline_restored(self) -> bool | None: ...
+    def model_dump_json(self) -> str: ...
 
 
 _COLUMNS = [getattr(ExperimentRow, f) for f in ExperimentSummary.__dataclass_fields__]
@@ -55,13 +73,11 @@ class ExperimentsMixin:
                          design: dict[str, Any], journal: str | None = None,
                          diagnosis_id: int | None = None, launch_key: str | None = None) -> int:
         """A running experiment's row, before its first block: returns the id its blocks carry."""
-        from advisor.store.repository import _plain
-
         now = datetime.now(timezone.utc)
         with self._guard("record the experiment"), self._sessions.begin() as session:
             row = ExperimentRow(key=key, created_at=now, updated_at=now, deployment=deployment,
                                 target=redact_url(target), mechanism=mechanism, value=value, status="running",
-                                journal=journal, design=_plain(design), diagnosis_id=diagnosis_id,
+                                journal=journal, design=plain(design), diagnosis_id=diagnosis_id,
                                 launch_key=launch_key)
             session.add(row)
             session.flush()
@@ -79,14 +95,12 @@ class ExperimentsMixin:
         with self._guard("find the experiment"), self._sessions() as session:
             return session.execute(query).scalar()
 
-    def finish_experiment(self, experiment_id: int, result: ExperimentResult, status: str | None = None) -> None:
+    def finish_experiment(self, experiment_id: int, result: FinishedExperiment, status: str | None = None) -> None:
         """The experiment's end: its whole result, and its status (the result's, or `status`:
         interrupted, failed)."""
-        from advisor.store.repository import _document
-
         values = dict(updated_at=datetime.now(timezone.utc), status=status or result.status,
-                      verdict=result.verdict, primary_metric=result.primary_metric, ratio=_finite(result.ratio),
-                      baseline_restored=result.baseline_restored, result=_document(result))
+                      verdict=result.verdict, primary_metric=result.primary_metric, ratio=finite(result.ratio),
+                      baseline_restored=result.baseline_restored, result=document(result))
         with self._guard(f"complete experiment {experiment_id}"), self._sessions.begin() as session:
             session.execute(update(ExperimentRow).where(ExperimentRow.id == experiment_id).values(**values))
 
@@ -109,14 +123,10 @@ class ExperimentsMixin:
     def list_experiments(self, deployment: str | None = None, diagnosis_id: int | None = None,
                          limit: int = 50) -> list[ExperimentSummary]:
         """Newest first, optionally of one deployment or one diagnosis."""
-        from advisor.store.repository import _equal
-
         return self._newest("experiments", ExperimentSummary, _COLUMNS, ExperimentRow, limit,
-                            _equal(ExperimentRow, deployment=deployment, diagnosis_id=diagnosis_id))
+                            equal(ExperimentRow, deployment=deployment, diagnosis_id=diagnosis_id))
 
     def get_experiment(self, experiment_id: int) -> StoredExperiment:
-        from advisor.experiments.result import ExperimentResult
-
         query = select(*_COLUMNS, ExperimentRow.design, ExperimentRow.journal, ExperimentRow.result).where(
             ExperimentRow.id == experiment_id)
         with self._guard(f"read experiment {experiment_id}"), self._sessions() as session:
@@ -124,15 +134,6 @@ class ExperimentsMixin:
         if found is None:
             raise StoreError(f"no experiment {experiment_id} in the store at {self.url}")
         *summary, design, journal, result = found
-        parsed = None
-        if result is not None and "failed" not in result:
-            try:
-                parsed = ExperimentResult.model_validate(result)
-            except ValidationError as exc:
-                raise StoreError(f"experiment {experiment_id} does not read as an ExperimentResult: "
-                                 f"{one_line(exc)} ({exc.error_count()} errors)") from exc
-        return StoredExperiment(ExperimentSummary(*summary), design, journal, parsed)
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and value == value and abs(value) != float("inf") else None
+        # fail_experiment's marker is the store's own: an experiment that ended without a result
+        ended = result if result is not None and "failed" not in result else None
+        return StoredExperiment(ExperimentSummary(*summary), design, journal, ended)

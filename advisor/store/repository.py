@@ -5,7 +5,6 @@ Experiments (experiments.py) and scheduled job runs (jobs.py) are its mixins."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,14 +18,15 @@ from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 
-from advisor.diagnosis.model import Diagnosis, Finding
+from advisor.diagnosis.model import Diagnosis, ExperimentRef, Finding
 from advisor.loadgen.metrics import Summary
+from advisor.store.documents import document, equal, plain
 from advisor.store.errors import StoreError, one_line, redact
 from advisor.store.experiments import ExperimentsMixin
 from advisor.store.jobs import JobsMixin
 from advisor.store.tables import ARMS, ERROR_CHARS, DiagnosisRow, FindingRow, LoadRunRow, RequestSampleRow
 from probes import Snapshot
-from probes.http import redact_text, redact_url
+from probes.http import redact_url
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,7 +143,7 @@ class Store(ExperimentsMixin, JobsMixin):
             session.add_all(finding_row(row.id, finding) for finding in diagnosis.findings)
             session.flush()
             ident = row.id
-        keys = [c.verdict.experiment for c in diagnosis.checks if getattr(c.verdict, "experiment", None)]
+        keys = [c.verdict.experiment for c in diagnosis.checks if isinstance(c.verdict, ExperimentRef)]
         if deployment and keys:
             self.link_experiments(ident, deployment, keys)
         return ident
@@ -152,7 +152,7 @@ class Store(ExperimentsMixin, JobsMixin):
                        limit: int = 50, deployment: str | None = None) -> list[DiagnosisSummary]:
         """Newest first. `since` is inclusive; a naive datetime is taken as UTC."""
         return self._newest("diagnoses", DiagnosisSummary, _SUMMARY, DiagnosisRow, limit,
-                            _equal(DiagnosisRow, target=target, deployment=deployment)
+                            equal(DiagnosisRow, target=target, deployment=deployment)
                             + ([DiagnosisRow.created_at >= since] if since is not None else []))
 
     def get_diagnosis_summary(self, diagnosis_id: int) -> DiagnosisSummary:
@@ -215,7 +215,7 @@ class Store(ExperimentsMixin, JobsMixin):
                        experiment_id: int | None = None) -> list[LoadRunSummary]:
         """Newest first, optionally of one target or one experiment."""
         return self._newest("load runs", LoadRunSummary, _RUN_SUMMARY, LoadRunRow, limit,
-                            _equal(LoadRunRow, target=target, experiment_id=experiment_id))
+                            equal(LoadRunRow, target=target, experiment_id=experiment_id))
 
     def get_load_run(self, run_id: int) -> LoadRun:
         """The run's workload (as a dict), Summary and manifest; unpacks as a 3-tuple."""
@@ -313,11 +313,6 @@ class Store(ExperimentsMixin, JobsMixin):
             raise StoreError(f"cannot {action} in the store at {self.url}: {one_line(exc, self._raw_url)}") from exc
 
 
-def _equal(table: Any, **values: Any) -> list:
-    """column == value for each value given (None: no filter)."""
-    return [getattr(table, name) == value for name, value in values.items() if value is not None]
-
-
 def diagnosis_row(diagnosis: Diagnosis, snapshot: Snapshot | None, deployment: str | None = None) -> DiagnosisRow:
     engine = diagnosis.engine
     return DiagnosisRow(
@@ -334,8 +329,8 @@ def diagnosis_row(diagnosis: Diagnosis, snapshot: Snapshot | None, deployment: s
         top_severity=diagnosis.top_severity,
         findings_count=len(diagnosis.findings),
         queries=diagnosis.queries,
-        diagnosis=_document(diagnosis),
-        snapshot=None if snapshot is None else _document(snapshot),
+        diagnosis=document(diagnosis),
+        snapshot=None if snapshot is None else document(snapshot),
     )
 
 
@@ -354,7 +349,7 @@ def finding_row(diagnosis_id: int, finding: Finding) -> FindingRow:
         severity=finding.severity,
         symptom=finding.symptom,
         top_check_mechanism=top.mechanism if top else None,
-        data=_document(finding),
+        data=document(finding),
     )
 
 
@@ -375,9 +370,9 @@ def load_run_row(workload: Workload, summary: Summary, target: str, model: str, 
         errors=overall.errors,
         wall_s=wall_s,
         started_at=started_at,
-        workload=_document(workload),
-        summary=_document(summary),
-        manifest=None if manifest is None else _plain(manifest),
+        workload=document(workload),
+        summary=document(summary),
+        manifest=None if manifest is None else plain(manifest),
         experiment_id=experiment_id,
         arm=arm,
         block=block,
@@ -407,25 +402,3 @@ def _frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 
     frame = pd.DataFrame.from_records(rows, columns=list(SAMPLE_COLUMNS))
     return frame.astype(SAMPLE_DTYPES)
-
-
-def _plain(value: Any) -> Any:
-    """A free-form document as plain JSON: NaN/Inf as null, anything else json cannot write as its str()."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if isinstance(value, BaseModel):
-        return _document(value)
-    return str(value)
-
-
-def _document(model: BaseModel) -> dict[str, Any]:
-    # model_dump(mode="json") keeps NaN/Inf as floats, which PostgreSQL's JSON types reject;
-    # pydantic's JSON serialiser writes them as null, so documents are valid JSON everywhere.
-    # No URL's user info is ever stored, whatever put it there.
-    return json.loads(redact_text(model.model_dump_json()))

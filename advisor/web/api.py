@@ -10,13 +10,14 @@ from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
-from advisor.fleet.actions import ActionError, CheckRef, spec_name
+from advisor.app.watched import ActionError, CheckRef, spec_name
 from advisor.reports import views
 from advisor.reports.documents import stored_experiment_view
 from advisor.store import StoreError
-from advisor.web.context import Ctx, Watched
+from advisor.web.context import MAX_ID, Ctx, StoreId, Watched
 from advisor.web.responses import SafeJSON
 from advisor.web.security import Actor, Reader
+from advisor.app.diagnose import diagnose, watched_request
 
 router = APIRouter(prefix="/api", tags=["api"], default_response_class=SafeJSON)
 
@@ -63,11 +64,10 @@ def list_diagnoses(w: Watched, ctx: Ctx, _: Reader, limit: int = 50) -> list[dic
 @router.post("/deployments/{name}/diagnoses", status_code=202)
 async def run_diagnosis(w: Watched, ctx: Ctx, _: Actor) -> dict:
     """Runs a diagnosis of the deployment now (its Prometheus, its SLOs) and saves it."""
-    from advisor.fleet.diagnose import diagnose
 
-    saved = await run_in_threadpool(diagnose, w, ctx.store)
-    d = saved.diagnosis
-    return {"id": saved.id, "url": f"/diagnoses/{saved.id}", "healthy": d.healthy, "summary": d.summary,
+    saved = await run_in_threadpool(lambda: diagnose(watched_request(w), store=ctx.store))
+    d, ident = saved.diagnosis, saved.saved_id
+    return {"id": ident, "url": f"/diagnoses/{ident}", "healthy": d.healthy, "summary": d.summary,
             "top_severity": d.top_severity, "findings": len(d.findings), "checks": [c.title for c in d.checks]}
 
 
@@ -79,7 +79,7 @@ def list_experiments(w: Watched, ctx: Ctx, _: Reader) -> list[dict]:
 class ExperimentRequest(BaseModel):
     """Either a check of a saved diagnosis (diagnosis_id and rank), or a mechanism (and a value)."""
 
-    diagnosis_id: int | None = Field(default=None, ge=1)
+    diagnosis_id: int | None = Field(default=None, ge=1, le=MAX_ID)  # looked up in the store: its range
     rank: int | None = Field(default=None, ge=1)
     mechanism: str | None = Field(default=None, max_length=64, pattern=r"^[a-z_]+$")
     value: str | None = Field(default=None, max_length=200)
@@ -120,7 +120,7 @@ async def start_experiment(w: Watched, ctx: Ctx, _: Actor, body: ExperimentReque
 
 
 @router.get("/diagnoses/{diagnosis_id}")
-def get_diagnosis(diagnosis_id: int, ctx: Ctx, _: Reader) -> SafeJSON:
+def get_diagnosis(diagnosis_id: StoreId, ctx: Ctx, _: Reader) -> SafeJSON:
     d = _or_404(lambda: ctx.store.get_diagnosis(diagnosis_id))
     summary = ctx.store.get_diagnosis_summary(diagnosis_id)
     _allowed(ctx, summary.deployment)
@@ -129,7 +129,7 @@ def get_diagnosis(diagnosis_id: int, ctx: Ctx, _: Reader) -> SafeJSON:
 
 
 @router.get("/experiments/{experiment_id}")
-def get_experiment(experiment_id: int, ctx: Ctx, _: Reader) -> SafeJSON:
+def get_experiment(experiment_id: StoreId, ctx: Ctx, _: Reader) -> SafeJSON:
     view = _or_404(lambda: stored_experiment_view(ctx.store, experiment_id, charts_on=False))
     watched = watched_of_experiment(ctx, view.deployment)
     return SafeJSON({**json.loads(views.as_json(view)), "watched": watched})

@@ -11,13 +11,18 @@ from pathlib import Path
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse
+from starlette.types import ASGIApp
 
 from advisor.errors import AdvisorError
-from advisor.fleet.actions import ExperimentRuns
+from advisor.app.watched import ExperimentRuns
 from advisor.fleet.config import FleetConfig
 from advisor.reports import html
-from advisor.web.context import Context
+from advisor.web.context import MAX_ID, Context
+from advisor.web.middleware import DEFAULT_MAX_BODY_BYTES, BodyLimit, SecurityHeaders
 from advisor.web.responses import SafeJSON
+from advisor.settings import get_settings
+from advisor.store import open_store
+from advisor.web import api, pages
 
 log = logging.getLogger("advisor.web")
 
@@ -35,12 +40,21 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class _Dashboard(FastAPI):
+    """FastAPI with the body limit and the security headers outermost: outside Starlette's
+    ServerErrorMiddleware, which sends a 500 past every middleware added the usual way."""
+
+    max_body_bytes = DEFAULT_MAX_BODY_BYTES
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(BodyLimit(super().build_middleware_stack(), self.max_body_bytes))
+
+
 def create_app(config: FleetConfig, *, store_url: str, token: str | None, host: str = "127.0.0.1",
-               log_dir: Path | None = None, scheduler=None) -> FastAPI:
-    """The app for `config`. Refuses (ServeError) to listen beyond loopback without a token."""
-    from advisor.settings import get_settings
-    from advisor.store import open_store
-    from advisor.web import api, pages
+               log_dir: Path | None = None, scheduler=None, max_body_bytes: int | None = None) -> FastAPI:
+    """The app for `config`. Refuses (ServeError) to listen beyond loopback without a token.
+    Request bodies over max_body_bytes (default: ADVISOR_MAX_BODY_BYTES) get 413 before anything
+    reads them."""
 
     loopback = is_loopback(host)
     if not loopback and not token:
@@ -61,9 +75,10 @@ def create_app(config: FleetConfig, *, store_url: str, token: str | None, host: 
             runs.stop_all()  # every experiment it started restores its baseline first
             store.close()
 
-    app = FastAPI(title="LLM serving advisor", version="0.1.0", lifespan=lifespan,
-                  # Swagger UI and ReDoc load scripts from a CDN: the schema stays at /openapi.json.
-                  docs_url=None, redoc_url=None)
+    app = _Dashboard(title="LLM serving advisor", version="0.1.0", lifespan=lifespan,
+                     # Swagger UI and ReDoc load scripts from a CDN: the schema stays at /openapi.json.
+                     docs_url=None, redoc_url=None)
+    app.max_body_bytes = max_body_bytes if max_body_bytes is not None else get_settings().max_body_bytes
     app.state.context = Context(config=config, store=store, store_url=store_url, token=token, loopback=loopback,
                                 runs=runs)
     app.include_router(api.router)
@@ -90,6 +105,10 @@ def create_app(config: FleetConfig, *, store_url: str, token: str | None, host: 
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError):
+        if any(e.get("loc", ())[:1] == ("path",) for e in exc.errors()):
+            # Path parameters are ids (advisor/web/context.py StoreId): one that is no integer, or
+            # outside the store's range, names nothing.
+            return error(request, 404, f"not found: an id is an integer from 1 to {MAX_ID}")
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         return error(request, 422, f"{where}: {first.get('msg')}" if where else str(first.get("msg")))

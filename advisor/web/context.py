@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Path, Request
 
-from advisor.fleet.actions import ExperimentRuns
+from advisor.app.watched import ExperimentRuns
+from advisor.ranges import STORE_ID_MAX
 from advisor.fleet.config import FleetConfig, WatchedDeployment
 from advisor.store import Store
 
@@ -38,3 +39,9 @@ def watched(name: str, ctx: Ctx) -> WatchedDeployment:
 
 
 Watched = Annotated[WatchedDeployment, Depends(watched)]
+
+# The store's ids are SQLite's signed 64-bit integers: a larger one would overflow in the driver
+# (a 500) before any row is looked up. Validated before any query; the app answers a path id
+# outside this range, or no integer at all, with 404.
+MAX_ID = STORE_ID_MAX
+StoreId = Annotated[int, Path(ge=1, le=MAX_ID, description="a stored id, 1 to 2**63-1")]

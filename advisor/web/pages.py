@@ -13,8 +13,12 @@ from fastapi.responses import HTMLResponse, Response
 from advisor.diagnosis.model import SEVERITY_ORDER
 from advisor.reports import charts, documents, html, views
 from advisor.web.api import _allowed, _experiments_of, _or_404, watched_of_experiment
-from advisor.web.context import Ctx, Watched
+from advisor.web.context import Ctx, StoreId, Watched
 from advisor.web.security import COOKIE, Reader
+from advisor.app.weekly import weekly_report
+from advisor.diagnosis import load_rules
+from advisor.units import parse_duration
+from advisor.web.security import _matches, _same_origin
 
 router = APIRouter(include_in_schema=False)
 MAX_WEEKLY_S = 31 * 86400
@@ -75,12 +79,12 @@ def _diagnosis_html(ctx, diagnosis_id: int, dashboard: bool) -> str:
 
 
 @router.get("/diagnoses/{diagnosis_id}", response_class=HTMLResponse)
-async def diagnosis(diagnosis_id: int, ctx: Ctx, _: Reader) -> HTMLResponse:
+async def diagnosis(diagnosis_id: StoreId, ctx: Ctx, _: Reader) -> HTMLResponse:
     return HTMLResponse(await run_in_threadpool(_diagnosis_html, ctx, diagnosis_id, True))
 
 
 @router.get("/diagnoses/{diagnosis_id}/report.html")
-async def diagnosis_download(diagnosis_id: int, ctx: Ctx, _: Reader) -> Response:
+async def diagnosis_download(diagnosis_id: StoreId, ctx: Ctx, _: Reader) -> Response:
     text = await run_in_threadpool(_diagnosis_html, ctx, diagnosis_id, False)
     return _download(text, f"diagnosis-{diagnosis_id}.html")
 
@@ -92,7 +96,7 @@ def _experiment_view(ctx, experiment_id: int):
 
 
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
-async def experiment(experiment_id: int, ctx: Ctx, _: Reader, fragment: bool = False) -> HTMLResponse:
+async def experiment(experiment_id: StoreId, ctx: Ctx, _: Reader, fragment: bool = False) -> HTMLResponse:
     view, watched = await run_in_threadpool(_experiment_view, ctx, experiment_id)
     if fragment:  # the running page's refresh: just the body
         return HTMLResponse(html.render("_experiment_body.html.j2", x=view))
@@ -100,22 +104,18 @@ async def experiment(experiment_id: int, ctx: Ctx, _: Reader, fragment: bool = F
 
 
 @router.get("/experiments/{experiment_id}/report.html")
-async def experiment_download(experiment_id: int, ctx: Ctx, _: Reader) -> Response:
+async def experiment_download(experiment_id: StoreId, ctx: Ctx, _: Reader) -> Response:
     view, _watched = await run_in_threadpool(_experiment_view, ctx, experiment_id)
     return _download(html.render("experiment.html.j2", x=view), f"experiment-{experiment_id}.html")
 
 
 @router.get("/rules", response_class=HTMLResponse)
 def rules(ctx: Ctx, _: Reader) -> HTMLResponse:
-    from advisor.diagnosis import load_rules
-
     return _page("rules.html.j2", ctx, rules=load_rules())
 
 
 @router.get("/rules/{rule_id}", response_class=HTMLResponse)
 def rule(rule_id: str, ctx: Ctx, _: Reader) -> HTMLResponse:
-    from advisor.diagnosis import load_rules
-
     found = {r.id: r for r in load_rules()}.get(rule_id.upper())
     if found is None:
         raise HTTPException(404, f"no rule {rule_id!r}")
@@ -124,9 +124,6 @@ def rule(rule_id: str, ctx: Ctx, _: Reader) -> HTMLResponse:
 
 @router.get("/reports/weekly")
 async def weekly(ctx: Ctx, _: Reader, deployment: str | None = None, since: str = "7d") -> Response:
-    from advisor.fleet.weekly import weekly_report
-    from advisor.units import parse_duration
-
     try:
         period = parse_duration(since)
     except ValueError as e:
@@ -149,7 +146,6 @@ def login_page(ctx: Ctx) -> HTMLResponse:
 @router.post("/login")
 async def login(request: Request, ctx: Ctx) -> Response:
     """Sets the token cookie for read pages (beyond loopback). The token comes as a JSON body."""
-    from advisor.web.security import _matches, _same_origin
 
     if ctx.token is None or not _same_origin(request):
         raise HTTPException(403, "no token is configured, or a cross-site request")

@@ -3,11 +3,14 @@ replay exactly the same requests."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from advisor.workload.spec import Workload
+from advisor.units import MAX_LOAD_REQUESTS
+from advisor.workload.spec import Workload, WorkloadError, check_ceilings
 
 
 @dataclass(frozen=True)
@@ -37,23 +40,27 @@ def _gaps(w: Workload, rng: random.Random):
             yield rng.gammavariate(k, 1.0 / (a.rate * k))
 
 
-def plan(w: Workload) -> list[PlannedRequest]:
+def schedule(w: Workload) -> Iterator[PlannedRequest]:
+    """The workload's requests in send order, drawn as they are asked for: the first is there at
+    once and memory does not grow with the schedule's length, whatever the rate and duration.
+    Deterministic for a seed (the same draws in the same order as ever)."""
     rng = random.Random(w.seed)
     weights = [b.weight for b in w.buckets]
     limit = w.requests if w.requests is not None else math.inf
     closed = w.arrival.kind == "concurrency"
     if closed and w.requests is None:
-        # Enough requests for the duration at a generous per-slot rate; the runner stops at the deadline.
-        limit = int(w.duration_s * w.arrival.concurrency * 20) + w.arrival.concurrency
+        # Enough requests for the duration at a generous per-slot rate; the runner stops at the
+        # deadline. Never more than one load plans: a closed loop that sends them all ends early.
+        limit = min(int(w.duration_s * w.arrival.concurrency * 20) + w.arrival.concurrency, MAX_LOAD_REQUESTS)
     gaps = None if closed else _gaps(w, rng)
-    out: list[PlannedRequest] = []
+    n = 0
     t = 0.0
-    while len(out) < limit:
+    while n < limit:
         at = None
         if gaps is not None:
-            t += next(gaps) if out else 0.0
+            t += next(gaps) if n else 0.0
             if w.duration_s is not None and t >= w.duration_s:
-                break
+                return
             at = t
         b = rng.choices(w.buckets, weights)[0]
         p = rng.randint(*b.prompt_tokens)
@@ -64,5 +71,23 @@ def plan(w: Workload) -> list[PlannedRequest]:
         cancel = None
         if w.cancellation.rate and rng.random() < w.cancellation.rate:
             cancel = min(o, rng.randint(*w.cancellation.after_tokens))
-        out.append(PlannedRequest(len(out), at, b.label, p, o, group, cancel, b.priority))
+        yield PlannedRequest(n, at, b.label, p, o, group, cancel, b.priority)
+        n += 1
+
+
+def plan(w: Workload, limit: int = MAX_LOAD_REQUESTS) -> list[PlannedRequest]:
+    """The whole schedule, for the callers that need it at once (prompt sizing, an experiment's
+    blocks, workers dealt round-robin): checked against the ceilings first, and never more than
+    `limit` requests held (past it, one line instead of a schedule larger than memory)."""
+    check_ceilings(w)
+    out = list(itertools.islice(schedule(w), limit + 1))
+    if len(out) > limit:
+        raise WorkloadError(f"the workload plans more than {limit:,} requests, the ceiling on one load; "
+                            "lower the rate, shorten the duration or give requests")
     return out
+
+
+def planned_count(w: Workload) -> int:
+    """How many requests plan(w) holds, counted without holding them."""
+    check_ceilings(w)
+    return sum(1 for _ in itertools.islice(schedule(w), MAX_LOAD_REQUESTS + 1))

@@ -37,6 +37,7 @@ from advisor.workload.spec import Workload, WorkloadError
 from probes.errors import TargetUnreachable
 from probes.http import HttpConfig, request, split_userinfo
 from probes.http import client as http_client
+from advisor import net
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,6 @@ def engine_client(url: str, timeout: float, transport: httpx.BaseTransport | Non
     """(the engine's base URL without credentials, a client for it): each request within one
     deadline (timeout); TLS and credentials from `http`, else from the settings (advisor/net.py),
     and any user:password in the URL."""
-    from advisor import net
 
     bare, userinfo = split_userinfo(url.rstrip("/"))
     cfg = (http or net.config("engine", url=bare)).with_(timeout=timeout)

@@ -10,6 +10,9 @@ from pydantic import Field, field_validator, model_validator
 
 from advisor.errors import AdvisorError
 from advisor.inputs import InputModel, load_model
+from advisor.ranges import DURATION_MAX_S, TOKENS_MAX, DurationS, Rate
+from advisor.units import (MAX_CONCURRENCY, MAX_LOAD_DURATION_S, MAX_LOAD_RATE, MAX_LOAD_REQUESTS, check_ceiling,
+                           duration_text)
 
 
 class _Strict(InputModel):
@@ -51,6 +54,8 @@ class Bucket(_Strict):
             lo, hi = getattr(self, k)
             if lo < 1 or hi < lo:
                 raise ValueError(f"{k} must be 1 <= low <= high, got [{lo}, {hi}]")
+            if hi > TOKENS_MAX:
+                raise ValueError(f"{k} {hi:,} is above the ceiling of {TOKENS_MAX:,} tokens")
         return self
 
     @property
@@ -66,13 +71,13 @@ class Prefix(_Strict):
     """Shared-prefix groups: `share` of requests start with one of `groups` fixed prefixes."""
 
     groups: int = Field(default=1, ge=1)
-    tokens: int = Field(ge=1, description="length of each shared prefix, in the target's tokens")
+    tokens: int = Field(ge=1, le=TOKENS_MAX, description="length of each shared prefix, in the target's tokens")
     share: float = Field(ge=0, le=1, description="fraction of requests that carry a shared prefix")
 
 
 class Arrival(_Strict):
     kind: Literal["constant", "poisson", "gamma", "concurrency"] = "poisson"
-    rate: float | None = Field(default=None, gt=0, description="requests per second (open loop)")
+    rate: Rate | None = Field(default=None, description="requests per second (open loop)")
     burstiness: float = Field(default=1.0, gt=0, description="gamma only: 1 = Poisson, <1 burstier, >1 smoother")
     concurrency: int | None = Field(default=None, ge=1, description="closed loop: requests in flight")
 
@@ -100,9 +105,10 @@ class Workload(_Strict):
     prefix: Prefix | None = None
     arrival: Arrival
     cancellation: Cancellation = Field(default_factory=Cancellation)
-    duration_s: float | None = Field(default=None, gt=0)
+    duration_s: DurationS | None = None
     requests: int | None = Field(default=None, ge=1)
-    warmup_s: float = Field(default=0.0, ge=0, description="requests scheduled before this are excluded from metrics")
+    warmup_s: float = Field(default=0.0, ge=0, le=DURATION_MAX_S,
+                            description="requests scheduled before this are excluded from metrics")
     seed: int = 0
     tokenizer: str | None = Field(default=None, description="used when the target has no /tokenize")
     source: str = Field(default="by hand", description="where the shape came from: file, telemetry or trace")
@@ -127,4 +133,39 @@ class WorkloadError(AdvisorError, ValueError):
 
 def load_workload(path: Path) -> Workload:
     """A workload file, validated strictly; every error one line naming the file, field and line."""
-    return load_model(path, Workload, WorkloadError, prepare=lambda data: {"source": f"file {path.name}", **data})
+    return load_model(path, Workload, WorkloadError, prepare=lambda data: {"source": f"file {path.name}", **data},
+                      check=ceiling_problem)
+
+
+def ceiling_problem(w: Workload) -> tuple[tuple, str] | None:
+    """(the field, the problem) where the workload asks more than one load takes on (the ceilings in
+    advisor/units.py); None when it fits. Checked before a single request is drawn."""
+    a = w.arrival
+    checks = [(("duration_s",), w.duration_s, MAX_LOAD_DURATION_S, True, "the longest load run"),
+              (("warmup_s",), w.warmup_s, MAX_LOAD_DURATION_S, True, "the longest load run"),
+              (("arrival", "rate"), a.rate, MAX_LOAD_RATE, False, "requests per second one load sends"),
+              (("arrival", "concurrency"), a.concurrency, MAX_CONCURRENCY, False, "closed-loop slots"),
+              (("requests",), w.requests, MAX_LOAD_REQUESTS, False, "requests one load plans")]
+    for loc, value, ceiling, duration, why in checks:
+        if value is None:
+            continue
+        try:
+            check_ceiling(value, ceiling, "", why, duration=duration)
+        except ValueError as e:
+            return loc, str(e).lstrip()
+    if a.kind != "concurrency" and w.requests is None and w.duration_s is not None:
+        expected = a.rate * w.duration_s
+        if expected > MAX_LOAD_REQUESTS:
+            return ("arrival", "rate"), (f"{a.rate:g} requests per second for {duration_text(w.duration_s)} "
+                                         f"plans about {expected:,.0f} requests, above the ceiling of "
+                                         f"{MAX_LOAD_REQUESTS:,} on one load; lower the rate, shorten the "
+                                         "duration or give requests")
+    return None
+
+
+def check_ceilings(w: Workload, where: str = "the workload") -> None:
+    """WorkloadError in one line when the workload is past a ceiling (ceiling_problem)."""
+    found = ceiling_problem(w)
+    if found is not None:
+        loc, problem = found
+        raise WorkloadError(f"{where}: field {'.'.join(loc)}: {problem}")

@@ -23,12 +23,13 @@ import statistics
 import time
 from datetime import datetime
 
+from advisor import net
+from advisor.ranges import RATE_MAX
 from advisor.workload.spec import Arrival, Bucket, Prefix, Workload, WorkloadError
-from probes import _promql
 from probes.catalog import Dialect, detect_engines, dialects
 from probes.errors import ProbeError
 from probes.http import HttpConfig
-from probes.prometheus import _Client
+from probes.prometheus import PrometheusClient, duration, selector
 
 MINUTE_S = 60
 # Fewer whole minutes than this and the variance of the counts says too little: Poisson.
@@ -36,7 +37,7 @@ MIN_MINUTES = 10
 SHAPE_LIMITS = (0.05, 20.0)
 
 
-def _dialect(client: _Client) -> tuple[Dialect, set[str]]:
+def _dialect(client: PrometheusClient) -> tuple[Dialect, set[str]]:
     available = client.metric_names()
     usable = [e for e in detect_engines(available)
               if all(dialects()[e].resolve(k, available) for k in ("prompt_len", "output_len"))]
@@ -47,7 +48,7 @@ def _dialect(client: _Client) -> tuple[Dialect, set[str]]:
     return dialects()[usable[0]], available
 
 
-def _scalar(client: _Client, q: str, at: datetime | None) -> float | None:
+def _scalar(client: PrometheusClient, q: str, at: datetime | None) -> float | None:
     rows = client.query(q, at)
     try:
         v = float(rows[0]["value"][1])
@@ -89,7 +90,7 @@ def _ranges(intervals: list[tuple[int, float, float]], mean: float | None) -> li
     return out
 
 
-def _lengths(client: _Client, name: str, sel: str, w: str, at: datetime | None):
+def _lengths(client: PrometheusClient, name: str, sel: str, w: str, at: datetime | None):
     rows = client.query(f"sum by (le) (increase({name}_bucket{sel}[{w}]))", at)
     intervals = _intervals(rows)
     total = _scalar(client, f"sum(increase({name}_sum{sel}[{w}]))", at)
@@ -98,7 +99,7 @@ def _lengths(client: _Client, name: str, sel: str, w: str, at: datetime | None):
     return intervals, mean
 
 
-def _minute_counts(client: _Client, name: str, sel: str, w: str, at: datetime | None) -> tuple[list[float], float, float]:
+def _minute_counts(client: PrometheusClient, name: str, sel: str, w: str, at: datetime | None) -> tuple[list[float], float, float]:
     """Requests per whole minute, from the raw counter samples (no extrapolation), the total, and the span.
 
     An instant query over a range selector returns every stored sample, per series."""
@@ -137,8 +138,8 @@ def _prefix(client, dialect, available, model, w, at, buckets, prompt_mean) -> t
     hits, queries = (dialect.resolve(k, available) for k in ("prefix_hits", "prefix_queries"))
     if not (hits and queries):
         return None, f"no prefix sharing: {dialect.engine} exports no prefix-cache counters here"
-    h = _scalar(client, f"sum(increase({hits}{_promql.selector(dialect, 'prefix_hits', model)}[{w}]))", at)
-    q = _scalar(client, f"sum(increase({queries}{_promql.selector(dialect, 'prefix_queries', model)}[{w}]))", at)
+    h = _scalar(client, f"sum(increase({hits}{selector(dialect, 'prefix_hits', model)}[{w}]))", at)
+    q = _scalar(client, f"sum(increase({queries}{selector(dialect, 'prefix_queries', model)}[{w}]))", at)
     if not q or h is None or h <= 0 or prompt_mean is None:
         return None, "no prefix sharing: no prefix-cache hits in the window"
     rate = min(1.0, h / q)
@@ -157,14 +158,12 @@ def workload_from_prometheus(prom_url: str, window_s: float = 3600, model: str |
     """The deployment's traffic over the window ending at `at` (default now) as a Workload.
     http: TLS and credentials (default: the settings' for Prometheus, advisor/net.py); timeout:
     each query's total deadline."""
-    from advisor import net
-
-    client = _Client(prom_url, timeout, http or net.config("prom", url=prom_url))
+    client = PrometheusClient(prom_url, timeout, http or net.config("prom", url=prom_url))
     try:
         dialect, available = _dialect(client)
-        w = _promql.duration(window_s)
+        w = duration(window_s)
         names = {k: dialect.resolve(k, available) for k in ("prompt_len", "output_len")}
-        sels = {k: _promql.selector(dialect, k, model) for k in names}
+        sels = {k: selector(dialect, k, model) for k in names}
         bins, count, span = _minute_counts(client, names["prompt_len"], sels["prompt_len"], w, at)
         where = f" for model {model!r}" if model else ""
         if count < 1 or span <= 0:
@@ -176,6 +175,10 @@ def workload_from_prometheus(prom_url: str, window_s: float = 3600, model: str |
         prompt, output = (_ranges(*shapes[k]) for k in ("prompt_len", "output_len"))
         buckets = [Bucket(prompt_tokens=p, output_tokens=o, weight=wp * wo) for p, wp in prompt for o, wo in output]
         rate = count / span
+        if rate > RATE_MAX:
+            raise WorkloadError(f"{names['prompt_len']} grew by {rate:.3g} requests per second over the {w} window"
+                                f"{where} (Prometheus at {client.url}): more than a workload can replay "
+                                f"(at most {RATE_MAX:g}); not a rate to believe")
         arrival, how = _arrival(bins, rate)
         prefix, shared = _prefix(client, dialect, available, model, w, at, buckets, shapes["prompt_len"][1])
     except ProbeError as e:

@@ -23,6 +23,7 @@ from advisor.workload.prompts import PromptSizer
 from advisor.workload.spec import Workload
 from probes.errors import TargetUnreachable
 from probes.http import HttpConfig, redact_url, request
+from advisor.workload.prompts import PromptSizingError, engine_client
 
 ROUNDS = 7
 _clock = time.perf_counter  # a module attribute, so that unit tests can time a stand-in without sleeping
@@ -63,7 +64,6 @@ class TokenizationNotMeasured(AdvisorError):
 def measure(url: str, model: str, lengths: dict[str, int], *, rounds: int = ROUNDS, timeout: float = 10.0,
             http: HttpConfig | None = None, transport: httpx.BaseTransport | None = None) -> TokenizationCost:
     """Time /tokenize at each length (signal name -> tokens). Raises TokenizationNotMeasured."""
-    from advisor.workload.prompts import PromptSizingError, engine_client
 
     wanted = {"one token": 1, **{k: max(1, int(v)) for k, v in lengths.items()}}
     try:

@@ -26,9 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Literal
 
+from advisor.errors import AdvisorError
 from advisor.inputs import text_lines
 from advisor.workload.plan import PlannedRequest
 from advisor.workload.spec import Arrival, Bucket, Prefix, Workload, WorkloadError
+from advisor.ranges import RATE_MAX
 
 Format = Literal["jsonl", "mooncake", "azure"]
 MOONCAKE_BLOCK_TOKENS = 512
@@ -92,7 +94,7 @@ class Trace:
         return out
 
 
-class _Bad(Exception):
+class _Bad(AdvisorError):
     """One field of one line is wrong; turned into a WorkloadError with file and line."""
 
     def __init__(self, field_name: str, why: str):
@@ -355,7 +357,8 @@ def _label(p: tuple[int, int], o: tuple[int, int]) -> str:
 
 
 def _arrival(gaps: list[float], span: float, n: int) -> tuple[Arrival, str]:
-    rate = (n - 1) / span
+    # Requests microseconds apart: the replay keeps their times; the summary's rate stays one a spec can hold.
+    rate = min((n - 1) / span, RATE_MAX)
     if len(gaps) < MIN_GAPS_FOR_BURSTINESS:
         return Arrival(kind="poisson", rate=rate), f"Poisson at the mean rate (only {len(gaps)} gaps for a CV)"
     mean = statistics.fmean(gaps)

@@ -42,6 +42,17 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def settle(seconds: float = 5) -> None:
-    """Let Prometheus take a scrape or two after the load ends."""
-    time.sleep(seconds)
+def settle(prom, since: float | None = None, timeout: float = 60) -> None:
+    """Until `prom` holds a scrape of every one of its targets taken after `since` (wall-clock
+    seconds; default now, for a load that has just ended), so that what the load did is in the
+    series a diagnosis reads. Half a second of margin: the engine records a request's stats in the
+    step that ends it, which may lag its last byte."""
+    since = (time.time() if since is None else since) + 0.5
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = {x["metric"].get("instance"): float(x["value"][1]) for x in prom.query("timestamp(up)")}
+        if all(seen.get(t, 0.0) > since for t in prom.targets):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no scrape of {prom.targets} after the load within {timeout:.0f} s: {seen}")
+        time.sleep(0.2)

@@ -6,6 +6,7 @@ artifacts/screenshots/ (ignored by git) for CI to keep."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -69,10 +70,11 @@ def test_a_new_user_diagnoses_and_proves_a_check_from_the_browser(local_engine, 
     # Queue behind --max-num-seqs 2; short prompts keep every later request quick on a slow CPU.
     background.start(local_engine.url, requests=10_000, duration_s=20, concurrency=8, prompt_words=60, max_tokens=16)
     assert background.join()[0].errors == 0
-    settle()
+    settle(prom)
     (tmp_path / "slo.yaml").write_text("ttft_p95: 0.05\n")  # tight: this CPU's queue breaks it
     spec = write_deployment(local_engine, tmp_path / "dep.yaml")
     candidate_port = yaml.safe_load(spec.read_text())["local"]["candidate_port"]
+    stored = _prefill_store(yaml.safe_load(spec.read_text())["name"], local_engine.url)
     (tmp_path / "advisor.yaml").write_text(yaml.safe_dump({
         "deployments": [{"name": "local", "prom_url": prom.url, "slo": "slo.yaml", "deployment": "dep.yaml",
                          "window": "2m", "experiments": {"blocks": 2, "block_requests": 8, "readout": "ttft_p50",
@@ -93,6 +95,20 @@ def test_a_new_user_diagnoses_and_proves_a_check_from_the_browser(local_engine, 
         assert driver.find_element(By.CSS_SELECTOR, 'tr[data-deployment="local"]')
         assert "no diagnosis yet" in driver.find_element(By.ID, "fleet").text
         shot(driver, "1-fleet")
+
+        # The store already holds an experiment (a real one, captured): its deployment lists it, and
+        # its page shows it whole from the stored document, verdict, interval, charts and blocks.
+        driver.get(base + "/deployments/local")
+        driver.find_element(By.CSS_SELECTOR, f'#experiments a[href="/experiments/{stored}"]').click()
+        wait_for(lambda: f"/experiments/{stored}" in driver.current_url, 30, "the stored experiment's page")
+        body = driver.find_element(By.ID, "experiment-body")
+        assert body.get_attribute("data-status") == "finished", body.text[:2000]
+        assert "improved" in body.text and "0.0097" in body.text and "cannot be recomputed" not in body.text, \
+            body.text[:3000]
+        assert len(body.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2, "forest plot and per-block chart"
+        assert len(body.find_elements(By.CSS_SELECTOR, "table.blocks tr")) - 1 == 8
+        shot(driver, "1b-stored-experiment")
+        driver.get(base + "/")
 
         # Diagnose now: the token lives in this tab's sessionStorage, as the page's prompt would keep it.
         driver.execute_script("sessionStorage.setItem('advisorToken', arguments[0])", TOKEN)
@@ -146,6 +162,21 @@ def test_a_new_user_diagnoses_and_proves_a_check_from_the_browser(local_engine, 
         serve.wait(timeout=360)
         log.close()
     assert serve.returncode in (0, 143), (tmp_path / "serve.log").read_text()[-3000:]
+
+
+def _prefill_store(spec_name: str, target: str) -> int:
+    """A real experiment's stored result (tests/fixtures/vllm-0.32.0-cpu/README.md says how it was
+    captured) put in the test's store as `advisor experiment --save` leaves one; returns its id."""
+    from advisor.experiments.result import ExperimentResult
+    from advisor.store import open_store
+
+    doc = json.loads((ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu" / "experiment-max-num-seqs-2-to-8.json").read_text())
+    result = ExperimentResult.model_validate(doc)
+    with open_store() as store:
+        ident = store.start_experiment(result.id, spec_name, target, result.mechanism, result.value,
+                                       {"lines": ["captured on the local CPU engine"]})
+        store.finish_experiment(ident, result)
+    return ident
 
 
 def _wait_answers(base: str, proc: subprocess.Popen, timeout: float) -> bool:

@@ -46,7 +46,7 @@ def test_quantization_ab_swaps_the_gguf_and_reports_layers_memory_speed_and_qual
     import psutil
     import yaml
 
-    from advisor.experiments.launchers import healthy
+    from advisor.engine_process import healthy
     from advisor.localstack.deployment import write_deployment
     from tests.support.servers import listener
 
@@ -114,7 +114,7 @@ def test_a_a_against_a_baseline_found_serving_compares_two_fresh_replicas(tmp_pa
     No verdict of difference; the engine found serving is neither measured nor touched."""
     import yaml
 
-    from advisor.experiments.launchers import healthy
+    from advisor.engine_process import healthy
     from advisor.localstack.deployment import write_deployment
     from tests.support.servers import listener
 
@@ -150,7 +150,7 @@ def test_one_replica_against_two_with_the_advisor_s_client_spreading_the_request
     (tests/unit/test_launchers.py), as `scripts/run-local.sh --experiments 3` shows."""
     import yaml
 
-    from advisor.experiments.launchers import healthy
+    from advisor.engine_process import healthy
     from advisor.localstack.deployment import write_deployment
     from tests.support.servers import listener
 
@@ -174,3 +174,51 @@ def test_one_replica_against_two_with_the_advisor_s_client_spreading_the_request
         assert running["baseline"] <= 1.01 < running["candidate"] <= 2.01, x["server"]
         assert listener(base.port) == found and healthy(base.url), "the engine found serving is untouched"
         assert listener(cport) is None and listener(cport + 1) is None, "both candidate replicas stopped"
+
+
+def test_an_engine_the_launcher_starts_has_none_of_the_advisor_s_secrets_and_a_forged_journal_stops_nothing(
+        tmp_path, monkeypatch, request):
+    """The real llama-server, twice: one started by this test and named in a forged journal with its
+    true identity (recover leaves it serving), and one started by the local launcher with the
+    advisor's secrets set (its environment, read back from /proc, has none of them, only the mark)."""
+    import psutil
+
+    from advisor.experiments.design.deployment import load_deployment
+    from advisor.experiments.arms.journal import Journal
+    from advisor.experiments.arms.local import LocalLauncher
+    from advisor.engine_process import healthy
+    from advisor.experiments.arms.ownership import MARK_VARIABLE, Ownership
+    from advisor.experiments.arms.processes import ProcessRecord
+    from advisor.experiments.arms.recovery import recover
+    from advisor.localstack.deployment import write_deployment
+    from tests.support.servers import listener
+
+    from advisor.settings import get_settings
+
+    secrets = {"ADVISOR_API_TOKEN": "e2e-api-token-42", "ADVISOR_PROM_PASSWORD": "e2e-prom-password-42"}
+    for k, v in secrets.items():
+        monkeypatch.setenv(k, v)
+    get_settings.cache_clear()  # read with the secrets set, and cleared again at the end
+    request.addfinalizer(get_settings.cache_clear)
+    with LlamaServer(model=paths.tiny_gguf("Q8_0"), max_num_seqs=1, threads=1) as stranger:
+        dep = load_deployment(write_deployment(stranger, tmp_path / "dep.yaml", name="local-cpu-llama"))
+        pid = listener(stranger.port)
+        journal = Journal(tmp_path / "state")
+        Ownership(journal.path.parent).mark("an-earlier-experiment")
+        journal.write("forged", "begin", found_serving=True)
+        journal.write("forged", "starting", arm="candidate", **{**ProcessRecord.of(pid).entry(), "session": True})
+        note = recover(dep, journal, tmp_path / "logs")
+        assert f"left pid {pid} alone: it does not carry the advisor's mark" in note, note
+        assert listener(stranger.port) == pid and healthy(stranger.url), "the engine the advisor did not start serves"
+
+        lau = LocalLauncher(dep, list(dep.local.args), {}, journal, "e-env", tmp_path / "logs")
+        assert dep.local.arms == "parallel"
+        lau.bring_up("candidate")
+        try:
+            env = psutil.Process(lau.started["candidate"].pid).environ()
+            assert not {k for k in env if k.startswith("ADVISOR_")} - {MARK_VARIABLE}, sorted(env)
+            assert not set(secrets.values()) & set(env.values())
+            assert all(p.stat().st_mode & 0o077 == 0 for p in (tmp_path / "logs").iterdir())
+        finally:
+            lau.take_down("candidate")
+        assert listener(stranger.port) == pid

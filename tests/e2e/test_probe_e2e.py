@@ -9,8 +9,8 @@ from tests.e2e.conftest import settle, utcnow
 
 
 def test_engine_probe_sees_the_queue(local_engine, background):
-    background.start(local_engine.url, requests=10_000, duration_s=20, concurrency=16, prompt_words=800, max_tokens=32)
-    snap = probe_engine(local_engine.url, window_s=15)
+    background.start(local_engine.url, requests=10_000, duration_s=14, concurrency=16, prompt_words=800, max_tokens=32)
+    snap = probe_engine(local_engine.url, window_s=10)
     results = background.join()
     assert results[0].errors == 0, results[0].first_error
     s = snap.signals
@@ -33,15 +33,18 @@ def test_prometheus_and_engine_probes_agree(local_engine, local_prometheus, back
     instants); quantiles within 15 % (both interpolate the same buckets, but the windows' edges
     can include or drop a request)."""
     prom = local_prometheus([local_engine.target], scrape_interval="2s")
-    settle(4)
-    box = {}
-    sampler = threading.Thread(target=lambda: box.update(snap=probe_engine(local_engine.url, window_s=40)))
+    prom.wait_scraped()  # a sample from before the load
+    box, first = {}, threading.Event()
+    # The engine probe's window holds the whole load: it starts once the probe's first scrape is
+    # taken, stops sending after 12 s, and the window runs 30 s.
+    sampler = threading.Thread(target=lambda: box.update(
+        snap=probe_engine(local_engine.url, window_s=30, progress=lambda *_: first.set())))
     sampler.start()
-    settle(3)
-    background.start(local_engine.url, requests=10_000, duration_s=25, concurrency=6, prompt_words=300, max_tokens=24)
+    assert first.wait(60), "the engine probe never took its first scrape"
+    background.start(local_engine.url, requests=10_000, duration_s=12, concurrency=6, prompt_words=300, max_tokens=24)
     assert background.join()[0].errors == 0
     sampler.join(120)
-    settle(6)
+    settle(prom)
     direct = box["snap"]
     end = utcnow()
     # Prometheus over a window that holds the whole load, ending after it.

@@ -65,7 +65,7 @@ def test_advisor_load_from_prometheus_runs_against_a_tokenizer_that_splits_every
         # Traffic for the workload to be read from: the engine's own length histograms and rate.
         traffic = drive_sync(url, model="tiny-pieces", requests=24, concurrency=4, prompt_words=60, max_tokens=8)
         assert traffic.ok == 24, traffic.first_error
-        settle(8)
+        settle(prom)
         argv = [sys.executable, "-m", "advisor.cli", "load", "--target", url, "--from-prom", prom.url,
                 "--window", "5m", "--duration", "15s", "--output", "json"]
         p = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)

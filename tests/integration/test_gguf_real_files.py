@@ -126,7 +126,7 @@ def test_the_structure_read_from_gguf_metadata_is_the_checkpoints(quant):
 def test_a_diagnosis_of_llama_server_reads_its_models_structure_from_the_deployments_gguf(tmp_path):
     from types import SimpleNamespace
 
-    from advisor.experiments.deployment import load_deployment
+    from advisor.experiments.design.deployment import load_deployment
     from advisor.models.served import served_structure
 
     dep = load_deployment(llama_deployment(tmp_path, "Q4_K_M"))

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from advisor.experiments.processes import resident_bytes
+from advisor.experiments.arms.processes import resident_bytes
 from advisor.localstack.paths import free_port
 
 SERVE = """

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from advisor.fleet.config import FleetConfig
-from advisor.fleet.schedule import Scheduler
-from advisor.fleet.weekly import weekly_report, weekly_view
+from advisor.schedule import Scheduler
+from advisor.app.weekly import weekly_report, weekly_view
 from advisor.localstack import LocalPrometheus, backfill
 from advisor.store import open_store
 from advisor.web import create_app
@@ -157,3 +157,56 @@ def test_dashboard_runs_a_diagnosis_against_the_real_prometheus(prom, tmp_path):
         weekly = c.get("/reports/weekly?deployment=local")
         assert weekly.status_code == 200 and weekly.text.count("<svg") == 3
         assert "<svg" in c.get("/").text, "the fleet page's sparkline"
+
+
+class _Near(float):
+    def __eq__(self, other):
+        return isinstance(other, float) and abs(self - other) <= 0.01 * max(abs(self), abs(other))
+
+    __hash__ = float.__hash__
+
+
+def _what_was_found(d) -> dict:
+    """A stored diagnosis less when it was taken: what any front door must agree on."""
+    def num(v):
+        # Each door asks Prometheus at its own instant, seconds apart: rate() over 30-min samples
+        # extrapolates to the window's edges, so a rate moves in its fourth digit. Two digits are
+        # what a reader compares; a value on a rounding edge would still differ, so 1 % is allowed.
+        return _Near(v) if isinstance(v, float) else v
+
+    return {
+        "window_s": d.window_s, "slo": d.slo, "engine": d.engine.model_dump(),
+        "findings": [(f.rule_id, f.severity, [(e.signal, num(e.value)) for e in f.evidence]) for f in d.findings],
+        "checks": [(c.rank, c.rule_id, c.id, c.mechanism, num(c.score), c.already) for c in d.checks],
+        "not_evaluated": sorted(n.rule_id for n in d.not_evaluated),
+        "cost": {k: num(v) for k, v in d.cost.model_dump().items()} if d.cost else d.cost_note,
+    }
+
+
+def test_every_front_door_stores_the_same_diagnosis(prom, tmp_path):
+    """The command line (a real `advisor diagnose` process), the dashboard's API and the schedule
+    diagnose one watched deployment through the one service: the three stored diagnoses agree."""
+    from tests.support.cli import run_cli
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    r = run_cli("diagnose", "--prom-url", prom.url, "--window", WINDOW, "--save", "--output", "json",
+                env={"ADVISOR_DB_URL": url}, timeout=120)
+    assert r.code == 1, r.stderr[-2000:]  # TTFT is past its SLO: exit 1, and saved
+    cfg = FleetConfig.model_validate({"deployments": [{"name": "local", "prom_url": prom.url, "window": WINDOW,
+                                                       "diagnose_every": "1m"}]})
+    with TestClient(create_app(cfg, store_url=url, token=TOKEN, log_dir=tmp_path), base_url="http://127.0.0.1") as c:
+        posted = c.post("/api/deployments/local/diagnoses", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert posted.status_code == 202, posted.text
+    scheduler = Scheduler(cfg, url, owner="test")
+    now = datetime.now(timezone.utc)
+    scheduler.started = now - timedelta(minutes=5)
+    [ran] = scheduler.run_due(now)
+    assert ran.ok, ran.detail
+    with open_store(url) as store:
+        stored = store.list_diagnoses(limit=10)
+        assert len(stored) == 3, stored
+        found = [_what_was_found(store.get_diagnosis(s.id)) for s in reversed(stored)]
+    cli, api, schedule = found
+    assert cli["findings"] and cli["checks"], "the steady last days break the TTFT SLO"
+    assert api == cli, "the dashboard's API stored another diagnosis than the command line"
+    assert schedule == cli, "the schedule stored another diagnosis than the command line"

@@ -49,6 +49,13 @@ def main(argv=None) -> None:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def setup(self):
+            super().setup()
+            # As asyncio servers (vLLM's uvicorn) do: headers and body leave in separate writes, and
+            # with Nagle on, each answer on a kept-alive connection waited out the client's delayed
+            # ACK (40 ms a /tokenize call: 4 s of a fake experiment's prompt sizing).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
         def log_message(self, *a):
             pass
 

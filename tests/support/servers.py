@@ -22,7 +22,7 @@ def free_port() -> int:
 
 def listener(port: int) -> int | None:
     """The pid serving a local TCP port, if any (the top-most of those sharing its socket)."""
-    from advisor.experiments.processes import UNSEEN, holder
+    from advisor.experiments.arms.processes import UNSEEN, holder
 
     rec = holder(port)
     return None if rec is None or rec is UNSEEN else rec.pid

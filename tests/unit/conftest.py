@@ -22,7 +22,7 @@ def at_root(monkeypatch):
 @pytest.fixture
 def ports():
     """Ports a test had engines listen on; whatever still listens there afterwards is stopped."""
-    from advisor.experiments.launchers import stop_pid
+    from advisor.children import stop_pid
     from tests.support.servers import listener
 
     used: list[int] = []
@@ -30,3 +30,13 @@ def ports():
     for p in used:
         if listener(p):
             stop_pid(listener(p))
+
+
+@pytest.fixture(autouse=True)
+def _short_outside_traffic_listen(monkeypatch):
+    """The fake engines of these tests have no users: the 3 s a real baseline found serving is
+    listened to for outside traffic only made each in-process experiment 3 s longer. The tests of
+    that listening pass their own `seconds` or replace it."""
+    from advisor.experiments.arms import engine_readouts
+
+    monkeypatch.setattr(engine_readouts, "LISTEN_S", 0.3)

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from advisor.experiments import arm_check
-from advisor.experiments.deployment import Deployment
-from advisor.experiments.engine_state import EngineState, observe_url
-from advisor.experiments.launchers import EndpointsLauncher, LaunchError
+from advisor.experiments.arms import arm_check
+from advisor.experiments.design.deployment import Deployment
+from advisor.experiments.arms.engine_state import EngineState, observe_url
+from advisor.experiments.arms.endpoints import EndpointsLauncher
+from advisor.experiments.arms.protocol import LaunchError
 from tests.support.servers import fake_server
 from tests.unit.test_snapshot_honesty import text
 
@@ -122,7 +123,7 @@ def test_the_knob_alone_differing_goes_ahead(tmp_path):
 
 
 def test_diagnose_with_endpoints_runs_only_the_check_the_candidate_changes(tmp_path):
-    from advisor.experiments.checks import _endpoint_changes
+    from advisor.experiments.run.checks import _endpoint_changes
 
     said = []
     with fake_server("--metrics", metrics_file(tmp_path, "a"), "--model-id", "tiny-llama") as b, \

@@ -142,6 +142,14 @@ DEPLOYMENT_CASES = [
     ("bool in argv", "local", "  args: [--enforce-eager, true]\n", "field local.args.1: Input should be a valid string (got True; quote it if you mean text)"),
     ("unknown top-level key", None, "lanucher: local\n", "field lanucher: unknown key (did you mean 'launcher'?)"),
     ("empty", None, "", None),
+    ("candidate port out of range", "local", "  candidate_port: 70000\n",
+     "field local.candidate_port: Input should be less than or equal to 65535 (got 70000) (line 8)"),
+    ("negative start timeout", "local", "  start_timeout_s: -1\n",
+     "field local.start_timeout_s: Input should be greater than 0 (got -1) (line 8)"),
+    ("endpoint port out of range", None, "prometheus: http://127.0.0.1:99999\n",
+     "field prometheus: the URL's port must be a number from 1 to 65535 (line 6)"),
+    ("command as one string", None, LOCAL.replace("[python, -m, engine]", '"python -m vllm serve"').encode() % {b"port": 8000},
+     "field local.command: program 'python -m vllm serve' not found; give the command as a list: [python, -m, vllm, serve]"),
 ]
 
 
@@ -172,8 +180,13 @@ WORKLOAD_CASES = [
     (".inf", WORKLOAD + "duration_s: .inf\n", "field duration_s: Input should be a finite number (got inf) (line 4)"),
     ("unknown key", WORKLOAD + "duraton_s: 5\n", "field duraton_s: unknown key (did you mean 'duration_s'?) (line 4)"),
     ("bool for a count", WORKLOAD.replace("requests: 8", "requests: true"), "field requests: Input should be a valid integer (got True)"),
+    # 2,000,000,000 tokens made `advisor load` call the target's tokenizer until it was killed (1 GB).
+    ("prompt past the ceiling", WORKLOAD.replace("prompt_tokens: 16", "prompt_tokens: 2000000000"),
+     "prompt_tokens 2,000,000,000 is above the ceiling of 10,000,000 tokens"),
     ("float for a count", WORKLOAD.replace("requests: 8", "requests: 8.5"), "field requests: Input should be a valid integer (got 8.5)"),
     ("range of three", WORKLOAD.replace("prompt_tokens: 16", "prompt_tokens: [1, 2, 3]"), "field buckets.0.prompt_tokens: Tuple should have at most 2 items"),
+    ("rate above any", WORKLOAD.replace("rate: 2", "rate: 2.0e+7"), "field arrival.rate: Input should be less than or equal to 1000000"),
+    ("negative warmup", WORKLOAD + "warmup_s: -1\n", "field warmup_s: Input should be greater than or equal to 0 (got -1) (line 4)"),
 ]
 
 
@@ -221,6 +234,11 @@ OPTION_CASES = [
     ("experiment", ["--warmup", "-1"], "Invalid value for '--warmup'"),
     ("experiment", ["--concurrency", "0"], "Invalid value for '--concurrency'"),
     ("experiment", ["--blocks", "many"], "Invalid value for '--blocks'"),
+    # Past the ceilings: 100,000 blocks asked the boundaries' Monte Carlo for 149 GiB (an internal
+    # error), a trillion warmup requests grew past 1 GB before the first block.
+    ("experiment", ["--blocks", "100000"], "Invalid value for '--blocks': Input should be less than or equal to 50"),
+    ("experiment", ["--warmup", "1000000000000"], "Invalid value for '--warmup': Input should be less than or equal to 10000"),
+    ("experiment", ["--diagnosis", "99999999999999999999999"], "Invalid value for '--diagnosis'"),
     ("load", ["--rate", "0"], "Invalid value for '--rate': must be a finite number above 0"),
     ("load", ["--rate", "-2"], "Invalid value for '--rate': must be a finite number above 0"),
     ("load", ["--rate", "nan"], "Invalid value for '--rate': must be a finite number above 0, got nan"),
@@ -243,6 +261,13 @@ def test_out_of_range_options_are_one_line_before_anything_starts(env, command, 
     else:
         argv = ["diagnose", "--prom-url", env.prom, *args]
     assert_one_line_error(env.run(*argv), contains=contains)
+
+
+@pytest.mark.parametrize("kind", ["diagnosis", "experiment"])
+@pytest.mark.parametrize("id_", ["99999999999999999999999", "0"])
+def test_a_report_id_outside_the_stores_range_is_one_line(env, kind, id_):
+    """Beyond SQLite's integer range the query overflowed (internal error) instead of finding nothing."""
+    assert_one_line_error(env.run("report", kind, id_), contains=f"Invalid value for '{kind}_id'")
 
 
 def test_a_usage_error_is_one_line(env):

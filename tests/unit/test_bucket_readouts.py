@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from advisor.experiments.result import ExperimentResult
-from advisor.experiments.runner import per_bucket
+from advisor.experiments.judgement.judge import per_bucket
 from advisor.loadgen.record import RequestRecord
 from advisor.reports import markdown, views
 

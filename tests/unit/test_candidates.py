@@ -18,11 +18,12 @@ from rich.console import Console
 
 from advisor import knobs
 from advisor.diagnosis import SLO, RuleError, diagnose, load_rules
-from advisor.experiments.deployment import Deployment
-from advisor.experiments.engine_state import EngineState, installed_version
-from advisor.experiments.manifest import experiment_manifest
-from advisor.experiments.result import CheckSkip, ExperimentResult
-from advisor.experiments.setup import DesignError, design
+from advisor.diagnosis.model import CheckSkip
+from advisor.experiments.design.deployment import Deployment
+from advisor.experiments.arms.engine_state import EngineState, installed_version
+from advisor.experiments.design.manifest import experiment_manifest
+from advisor.experiments.result import ExperimentResult
+from advisor.experiments.run.setup import DesignError, design
 from advisor.knobs.candidates import version_tuple
 from advisor.reports.diagnosis_text import render as render_text
 from advisor.reports.markdown import diagnosis as markdown_diagnosis
@@ -332,7 +333,7 @@ def test_cli_dry_run_shows_the_direction_and_the_fresh_seed(tmp_path):
 # -- room for an engine's own data parallelism ----------------------------------------------------
 
 def test_data_parallel_ranks_need_numa_nodes_on_vllm_cpu_and_gpus_on_a_gpu_host(monkeypatch):
-    from advisor.experiments import room
+    from advisor.experiments.arms import room
 
     one_node = room.Host(cores=2, available_bytes=2**34, numa_nodes=1)
     monkeypatch.setattr(room.Host, "this", classmethod(lambda cls: one_node))

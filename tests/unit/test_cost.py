@@ -10,6 +10,7 @@ from advisor.cost import (
     Price,
     PriceError,
     PriceSpec,
+    Pricing,
     diagnosis_cost,
     experiment_cost,
     parse_price,
@@ -110,6 +111,17 @@ def _block(tokens_per_request: int, n: int, seconds: float) -> list[RequestRecor
     return out
 
 
+def compared(by_block, metric: str):
+    """A throughput readout as the judgement compares it: each block's rate, higher is better."""
+    from advisor.experiments.judgement import judge as judgement
+    from advisor.experiments.design import readouts
+
+    def arm(name):
+        return [readouts.block_samples(recs, metric, "per_s") for (a, _), recs in sorted(by_block.items()) if a == name]
+
+    return judgement.compare(metric, arm("baseline"), arm("candidate"), statistic="per_s", lower_is_better=False)
+
+
 def test_an_experiment_cost_is_the_inverse_of_the_throughput_ratio():
     # The candidate serves twice the tokens per second in every block (each block lasts ~10 s).
     by_block = {}
@@ -117,36 +129,39 @@ def test_an_experiment_cost_is_the_inverse_of_the_throughput_ratio():
         by_block[("baseline", b)] = _block(32, 40 + b, 10.0)
         by_block[("candidate", b)] = _block(64, 40 + b, 10.0)
     price = Price(spec=PriceSpec(per_hour=3.0, per="host"), source="--price-per-hour")
-    c = experiment_cost(by_block, price, (1, 1), "one host")
+    tokens = compared(by_block, "output_tokens")
+    c = experiment_cost(Pricing(price=price, units=(1, 1), units_source="one host"), tokens,
+                        compared(by_block, "goodput"))
     tok_b, tok_c = c.baseline.output_tokens_per_s, c.candidate.output_tokens_per_s
+    assert (tok_b, tok_c) == (tokens.baseline_value, tokens.candidate_value), "the comparison's own medians"
     assert tok_c / tok_b == pytest.approx(2.0, rel=0.02)
     assert c.baseline.per_million_output_tokens == pytest.approx(3.0 / (tok_b * 3600) * 1e6)
-    assert c.ratio == pytest.approx(0.5, rel=0.03)
+    assert c.ratio == pytest.approx(1 / tokens.ratio) and c.ratio == pytest.approx(0.5, rel=0.03)
     lo, hi = c.ci
-    assert lo <= c.ratio <= hi and hi < 1
+    assert (lo, hi) == pytest.approx((1 / tokens.ci[1], 1 / tokens.ci[0])) and lo <= c.ratio <= hi < 1
+    assert c.level == tokens.level
     assert "candidate/baseline 0.5" in c.line()
 
 
 def test_an_experiment_that_doubles_the_accelerators_costs_them():
     by_block = {(arm, b): _block(32, 40, 10.0) for arm in ("baseline", "candidate") for b in range(3)}
     price = Price(spec=PriceSpec(per_hour=2.0, accelerators=1), source="spec")
-    c = experiment_cost(by_block, price, (1, 2), "spec")
+    c = experiment_cost(Pricing(price=price, units=(1, 2), units_source="spec"), compared(by_block, "output_tokens"),
+                        compared(by_block, "goodput"))
     assert c.candidate.units == 2 and c.ratio == pytest.approx(2.0, rel=0.01)
     assert math.isclose(c.candidate.per_million_output_tokens, 2 * c.baseline.per_million_output_tokens, rel_tol=0.01)
 
 
-def test_arm_costs_count_each_arms_accelerators_from_its_own_argv():
+def test_arm_pricing_counts_each_arms_accelerators_from_its_own_argv():
     from types import SimpleNamespace
 
-    from advisor.experiments.arm_costs import arm_costs
+    from advisor.experiments.design.arm_costs import arm_pricing
 
-    by_block = {(arm, b): _block(32, 40, 10.0) for arm in ("baseline", "candidate") for b in range(3)}
-    d = SimpleNamespace(deployment=SimpleNamespace(launcher="endpoints"), mechanism="tensor_parallel",
+    d = SimpleNamespace(deployment=SimpleNamespace(launcher="endpoints", engine="vllm"), mechanism="tensor_parallel",
                         baseline_args=["--tensor-parallel-size", "2"], candidate_args=["--tensor-parallel-size=4"])
-    result = SimpleNamespace(_by_block=by_block, metrics=[])
     price = Price(spec=PriceSpec(per_hour=2.0, accelerators=2), source="spec")
-    cost, note = arm_costs(d, result, price)
-    assert note is None and (cost.baseline.units, cost.candidate.units) == (2, 4)
-    assert arm_costs(d, result, None) == (None, None)
-    cost, note = arm_costs(d, result, Price(spec=PriceSpec(per_hour=2.0), source="--price-per-hour"))
-    assert cost is None and "accelerator count is unknown" in note
+    pricing, note = arm_pricing(d, price)
+    assert note is None and pricing.units == (2, 4) and pricing.price == price
+    assert arm_pricing(d, None) == (None, None)
+    pricing, note = arm_pricing(d, Price(spec=PriceSpec(per_hour=2.0), source="--price-per-hour"))
+    assert pricing is None and "accelerator count is unknown" in note

@@ -31,9 +31,13 @@ def test_rates_are_deltas_over_the_window(queueing, capture):
     assert compute(VLLM, queueing)[()]["generation_tokens_per_s"].value == pytest.approx(expected)
 
 
-def test_ratio_without_traffic_is_missing_with_reason(queueing):
-    sig = compute(VLLM, queueing)[()]["prefix_cache_hit_rate"]  # prefix caching was off
-    assert sig.value is None and sig.missing == "no traffic in the window"
+def test_ratio_without_its_denominator_says_which_count_was_zero(queueing):
+    # Prefix caching was off while requests flowed: "no traffic" would be false, so the reason
+    # names the count that stayed at zero.
+    snap = compute(VLLM, queueing)[()]
+    assert snap["request_rate"].value and snap["request_rate"].value > 0
+    sig = snap["prefix_cache_hit_rate"]
+    assert sig.value is None and sig.missing == "no prefix queries counted in the window, so no ratio"
 
 
 def test_unexposed_metric_says_so(queueing):

@@ -4,10 +4,10 @@ report says how far apart it found them, or that it is unmeasured."""
 
 from datetime import datetime, timezone
 
-from advisor.experiments import calibration
-from advisor.experiments.calibration import Apart, Calibration
-from advisor.experiments.deployment import Deployment
-from advisor.experiments.setup import design
+from advisor.experiments.design import calibration
+from advisor.experiments.design.calibration import Apart, Calibration
+from advisor.experiments.design.deployment import Deployment
+from advisor.experiments.run.setup import design
 
 WHEN = datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc)
 

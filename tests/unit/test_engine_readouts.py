@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from advisor.experiments import engine_readouts
+from advisor.experiments.arms import engine_readouts
 from advisor.experiments.result import BlockRecord, ServerReadout
 from tests.unit.test_snapshot_honesty import text
 

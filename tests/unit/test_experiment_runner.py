@@ -8,11 +8,13 @@ import yaml
 from typer.testing import CliRunner
 
 from advisor.cli import app
-from advisor.experiments.deployment import Deployment
-from advisor.experiments.design import Design, Guardrails, block_order
-from advisor.experiments.journal import Journal
-from advisor.experiments.launchers import LocalLauncher, healthy, stop_pid
-from advisor.experiments.runner import execute
+from advisor.experiments.design.deployment import Deployment
+from advisor.experiments.design.plan import Design, Guardrails, block_order
+from advisor.experiments.arms.journal import Journal
+from advisor.experiments.arms.local import LocalLauncher
+from advisor.engine_process import healthy
+from advisor.children import stop_pid
+from advisor.experiments.run.runner import execute
 from advisor.workload.plan import plan
 from advisor.workload.spec import Workload
 from tests.support.servers import free_port, listener

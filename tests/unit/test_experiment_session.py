@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from advisor.experiments.deployment import Deployment
-from advisor.experiments.setup import effective_guardrails
+from advisor.experiments.design.deployment import Deployment
+from advisor.experiments.run.setup import effective_guardrails
 from tests.support.cli import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,12 +67,12 @@ def test_bad_guardrails_are_one_line_before_anything_starts(tmp_path):
 
 
 def test_checks_get_typed_skips_with_their_reason(tmp_path):
-    from advisor.experiments.checks import verify_top_checks
-    from advisor.experiments.deployment import load_deployment
-    from advisor.experiments.result import CheckSkip
+    from advisor.diagnosis.model import CheckSkip
+    from advisor.experiments.run.checks import verify_top_checks
+    from advisor.experiments.design.deployment import load_deployment
     from tests.unit.test_reports import diagnosis
 
-    d = diagnosis(False)
+    d = diagnosis()
     for c in d.checks:
         c.held_back = True
     said = []
@@ -93,14 +93,14 @@ def test_a_replay_that_cannot_show_shared_prefixes_does_not_test_prefix_caching(
     """Prefix caching off: the engine counts no prefix hits, so the replay from Prometheus has no shared
     prefixes; testing it on that replay would only measure the cost of turning it on. A declared
     workload (diagnose --workload) is run instead."""
+    from advisor.diagnosis.model import CheckSkip
     from advisor.errors import AdvisorError
-    from advisor.experiments import checks, setup
-    from advisor.experiments.deployment import load_deployment
-    from advisor.experiments.result import CheckSkip
+    from advisor.experiments.run import checks
+    from advisor.experiments.design.deployment import load_deployment
     from advisor.workload.spec import Workload
     from tests.unit.test_reports import diagnosis
 
-    d = _prefix_check_first(diagnosis(False))
+    d = _prefix_check_first(diagnosis())
     d.checks[0].mechanism = "prefix_caching"
     spec = {"name": "w", "requests": 8, "arrival": {"kind": "concurrency", "concurrency": 4},
             "buckets": [{"prompt_tokens": 100, "output_tokens": 8}]}
@@ -113,14 +113,14 @@ def test_a_replay_that_cannot_show_shared_prefixes_does_not_test_prefix_caching(
         designed.append((mechanism, workload.prefix))
         raise AdvisorError("stop here")
 
-    monkeypatch.setattr(setup, "design", fake_design)
+    monkeypatch.setattr(checks, "design", fake_design)  # where verify_top_checks looks it up
     dep = load_deployment(_dep(tmp_path))
     checks.verify_top_checks(d, dep, 1, lambda m: None)
     skip = d.checks[0].verdict
     assert isinstance(skip, CheckSkip) and "no shared prefixes" in skip.skipped and "--workload" in skip.skipped
     assert ("prefix_caching", None) not in designed
 
-    d = _prefix_check_first(diagnosis(False))
+    d = _prefix_check_first(diagnosis())
     d.checks[0].mechanism = "prefix_caching"
     designed.clear()
     checks.verify_top_checks(d, dep, 1, lambda m: None, workload=shared)

@@ -1,4 +1,6 @@
 import math
+import random
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +64,64 @@ def test_bucket_bounds_name_the_bucket_the_quantile_is_interpolated_in():
     assert bucket_bounds(0.95, b) == (1.0, 2.5)
     assert bucket_bounds(0.99, [(1.0, 1), (2.0, 2), (math.inf, 10)]) is None, "the +Inf bucket has no upper bound"
     assert bucket_bounds(0.5, [(1.0, 0), (math.inf, 0)]) is None
+
+
+# --- the parser against prometheus_client's, whose rules it keeps -----------------------------------
+
+def _by_prometheus_client(text):
+    """(samples, types) as probes.exposition read them with prometheus_client's parser (before it
+    had its own); None where that parser refused the text or found no sample."""
+    from collections import defaultdict
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out, types = defaultdict(dict), {}
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.type != "unknown":
+                types[family.name] = family.type
+            for s in family.samples:
+                out[s.name].setdefault(tuple(sorted(s.labels.items())), float(s.value))
+    except Exception:  # noqa: BLE001
+        return None
+    return (dict(out), types) if out else None
+
+
+def _same(text):
+    want = _by_prometheus_client(text)
+    try:
+        got = parse(text)
+    except BadExposition:
+        assert want is None, f"refused what prometheus_client read: {text!r}"
+        return
+    assert want is not None, f"read what prometheus_client refused: {text!r}"
+    samples, types = want
+    assert got.types == types
+    assert set(got.samples) == set(samples)
+    for name, series in samples.items():
+        assert set(got.samples[name]) == set(series)
+        for labels, v in series.items():
+            w = got.samples[name][labels]
+            assert w == v or (math.isnan(w) and math.isnan(v)), (name, labels)
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parents[1].glob("fixtures/*/metrics*.txt")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_real_captures_read_as_prometheus_client_reads_them(path):
+    _same(path.read_text())
+
+
+ODD_LINES = ['# HELP foo a "quoted" help', '# TYPE "a.b" counter', 'a.b_total 1', '# TYPE foo counter extra',
+             'foo{a="1", b="2"} 3', 'foo\t1', 'foo 1 2', 'foo  1   2', 'foo{a="x\\\\y\\n\\"z"} 1', 'foo{a="1",} 2',
+             'foo 1 # {a="b"} 2', 'foo {a="b"} 1', '#', '# TYPE', '# HELP', 'foo_created 1', '# TYPE foo_total counter',
+             'foo_total 3', 'foo \xa01', '# HELP foo', 'foo{a="1"}1', 'foo{__name__="x"} 1', 'foo{a="1",a="2"} 1',
+             '  foo 1  ', 'foo 1_0', 'foo{a=","} 1', 'foo{a="}"} 1', 'foo 1e400', 'foo ' + '9' * 400, 'foo -Inf',
+             '# TYPE h histogram', 'h_bucket{le="1"} 1', 'h_count 1', 'h_sum 2', 'h 3', '# TYPE s summary', 's 1']
+
+
+def test_odd_lines_read_as_prometheus_client_reads_them():
+    for line in ODD_LINES:
+        _same(line + "\n")
+    rng = random.Random(11)
+    for _ in range(3000):
+        _same("\n".join(rng.choices(ODD_LINES, k=rng.randint(1, 8))) + "\n")

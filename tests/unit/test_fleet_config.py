@@ -9,7 +9,7 @@ import pytest
 
 from advisor.fleet.config import FleetError, load_config
 from advisor.fleet.cron import parse_cron
-from advisor.fleet.schedule import last_fire
+from advisor.schedule import last_fire
 
 GOOD = """
 deployments:

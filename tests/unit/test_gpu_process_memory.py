@@ -66,7 +66,7 @@ def test_a_block_watch_of_a_local_arm_reads_its_gpu_signals(monkeypatch):
     its readings become the block's signals beside the engine's /metrics ones."""
     import httpx
 
-    from advisor.experiments import engine_readouts
+    from advisor.experiments.arms import engine_readouts
     from tests.unit.test_gpu import MIB, FakeNVML
 
     monkeypatch.setattr(engine_readouts, "serving_pids", lambda url: {10})

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from advisor.experiments.result import CheckSkip, CheckVerdict
+from advisor.diagnosis.model import CheckSkip, ExperimentRef
 from advisor.reports import documents, html, views
 from advisor.store import open_store
 from tests.unit.test_store import make_diagnosis
@@ -32,7 +32,7 @@ def evil_diagnosis():
 
 
 def with_experiment(d, result):
-    d.findings[0].checks[0].verdict = CheckVerdict.of(result)
+    d.findings[0].checks[0].verdict = ExperimentRef(experiment=result.id, verdict=result.verdict)
     d.findings[0].checks[1].verdict = CheckSkip(skipped=f"replicas: {EVIL}")
     return d
 
@@ -44,14 +44,17 @@ def test_every_state_renders_escaped_and_offline(state):
         d.model = EVIL
     else:
         d = evil_diagnosis()
+    results = []
     if state in ("experiment", "aborted", "restore failed"):
         r = make_result()
+        results.append(r)
         if state == "aborted":
-            r.status, r.verdict, r.aborted, r.ratio, r.ci = "aborted", "inconclusive", f"guardrail {EVIL}", None, None
+            r.status, r.aborted = "aborted", f"guardrail {EVIL}"
+            r.judgement = r.judgement.model_copy(update={"verdict": "inconclusive", "ratio": None, "ci": None})
         if state == "restore failed":
             r.baseline_restored, r.restore_note = False, f"port busy {EVIL}"
         d = with_experiment(d, r)
-    page = documents.diagnosis_document(d, "html")
+    page = documents.diagnosis_document(d, "html", results=results)
     offline(page)
     assert EVIL not in page and "&lt;script&gt;" in page
     if state == "healthy":
@@ -101,7 +104,8 @@ def test_report_file_format_by_extension(tmp_path):
 
 
 def test_view_json_has_no_charts():
-    view = views.diagnosis_view(with_experiment(make_diagnosis(), make_result()))
+    r = make_result()
+    view = views.diagnosis_view(with_experiment(make_diagnosis(), r), experiments=views.experiment_views([r]))
     text = views.as_json(view)
     assert "<svg" not in text and '"verdict": "improved' in text.replace("improved on", "improved")
 
@@ -110,7 +114,7 @@ def test_weekly_report_renders_with_no_data_at_all(tmp_path):
     """A deployment whose Prometheus is down and whose store holds nothing: the report still
     renders, says why, and names what it could not read."""
     from advisor.fleet.config import FleetConfig
-    from advisor.fleet.weekly import weekly_report
+    from advisor.app.weekly import weekly_report
 
     cfg = FleetConfig.model_validate({"deployments": [{"name": f"x{EVIL[:0]}", "prom_url": "http://127.0.0.1:9"}]})
     with open_store(f"sqlite:///{tmp_path / 'a.db'}") as store:
@@ -177,3 +181,39 @@ def test_an_experiment_report_in_html_and_markdown_from_the_store(tmp_path, monk
     assert "**improved** on ttft_p50" in md and "<svg" not in md
     ran = run_cli("report", "experiment", str(ident), "--out", str(tmp_path / "x.pdf"), env=env, data_dir=tmp_path)
     assert ran.code == 2 and "use a .html or .md" in ran.stderr
+
+
+def test_weekly_report_and_deployment_page_name_an_aa_run_and_a_deployment_without_a_diagnosis(tmp_path):
+    """An A/A experiment is listed as an A/A run (its value is None: it changes nothing), and a
+    deployment never diagnosed is said to have no diagnosis, not one that found nothing."""
+    from fastapi.testclient import TestClient
+
+    from advisor.fleet.config import FleetConfig
+    from advisor.app.weekly import weekly_report, weekly_view
+    from advisor.web import create_app
+
+    spec = tmp_path / "dep.yaml"
+    spec.write_text("name: local\nengine: vllm\nmodel: tiny\nlauncher: endpoints\n"
+                    "endpoints: {baseline: 'http://127.0.0.1:9', candidate: 'http://127.0.0.1:10'}\n")
+    cfg = FleetConfig.model_validate({"deployments": [{"name": "local", "prom_url": "http://127.0.0.1:9",
+                                                       "deployment": spec}]})
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with open_store(url) as store:
+        ident = store.start_experiment("exp-aa", "local", "http://h:1", "aa", "None", {})
+        store.finish_experiment(ident, make_result("exp-aa", "no change"))
+        [w] = weekly_view(cfg, store).deployments
+        md = weekly_report(cfg, store, "markdown")
+        page = weekly_report(cfg, store, "html")
+        assert w.next_change == "none known: this deployment has no diagnosis yet"
+        assert [e.title for e in w.experiments] == ["A/A run (the baseline against itself)"]
+        store.save_diagnosis(make_diagnosis(findings=0), deployment="local")
+        [again] = weekly_view(cfg, store).deployments
+    assert "found nothing to change" in again.next_change and "diagnosis 1" in again.next_change
+    for text in (md, page):
+        assert "A/A run (the baseline against itself)" in text and "aa -> None" not in text
+        assert "-&gt; None" not in text and "&rarr; None" not in text
+    assert "no diagnosis yet" in md and "found nothing to change" not in md
+    app = create_app(cfg, store_url=url, token="t", host="127.0.0.1", log_dir=tmp_path / "logs")
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        listing = c.get("/deployments/local").text
+    assert "A/A run (the baseline against itself)" in listing and "&rarr; None" not in listing

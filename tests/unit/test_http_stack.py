@@ -18,7 +18,7 @@ from advisor import net
 from advisor.settings import get_settings
 from probes import TargetUnreachable, probe_prometheus
 from probes import http as h
-from probes.prometheus import _Client
+from probes.prometheus import PrometheusClient
 from tests.support.hostile import dribbling_server, endless_server, make_certs, prom_stand_in
 from tests.support.servers import free_port
 
@@ -258,7 +258,7 @@ def test_a_bad_url_is_one_line():
 
 def test_prometheus_client_counts_and_closes():
     with prom_stand_in() as prom:
-        with _Client(prom.url, timeout=5) as c:
+        with PrometheusClient(prom.url, timeout=5) as c:
             assert c.metric_names() == {"vllm:num_requests_running", "vllm:num_requests_waiting"}
             assert c.query("up", None) and c.queries == 2
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from advisor.diagnosis import load_overrides, load_slo
 from advisor.errors import AdvisorError
-from advisor.experiments.deployment import load_deployment
+from advisor.experiments.design.deployment import load_deployment
 from advisor.inputs import decode, parse_yaml
 from advisor.workload.spec import load_workload
 from advisor.workload.traces import load_trace, trace_requests, trace_to_workload

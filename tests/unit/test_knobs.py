@@ -68,7 +68,7 @@ def test_every_knob_is_complete(name):
 
 
 def test_readouts_use_the_load_generators_metrics():
-    from advisor.experiments import readouts
+    from advisor.experiments.design import readouts
 
     assert {"ttft", "tpot", "itl", "e2e", "goodput"} <= set(DEFINITIONS)
     assert all(readouts.known(r.metric, r.statistic) for k in KNOBS.values() for r in k.readouts)

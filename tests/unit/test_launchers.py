@@ -9,10 +9,13 @@ import httpx
 import psutil
 import pytest
 
-from advisor.experiments.deployment import Deployment
-from advisor.experiments.journal import Busy, Journal, TargetLock
-from advisor.experiments.launchers import LaunchError, LocalLauncher, healthy, stop_pid
-from advisor.experiments.recovery import recover
+from advisor.experiments.design.deployment import Deployment
+from advisor.experiments.arms.journal import Busy, Journal, TargetLock
+from advisor.experiments.arms.protocol import LaunchError
+from advisor.experiments.arms.local import LocalLauncher
+from advisor.engine_process import healthy
+from advisor.children import stop_pid
+from advisor.experiments.arms.recovery import recover
 from tests.support.servers import ROOT, free_port, listener
 
 
@@ -221,7 +224,7 @@ def test_failed_start_is_a_clear_error(tmp_path):
 @pytest.fixture
 def two_cores(monkeypatch):
     """The room check sees the 2-core, GPU-less host these tests were written on, whatever runs them."""
-    from advisor.experiments import room
+    from advisor.experiments.arms import room
 
     monkeypatch.setattr(room.Host, "this", classmethod(lambda cls: cls(cores=2, available_bytes=20 * 2**30)))
 
@@ -298,7 +301,7 @@ def test_replicas_are_refused_before_anything_starts_where_the_host_has_no_room(
 def test_vllm_cpu_replicas_each_get_their_own_cores_where_the_host_has_them(tmp_path, cleanup, monkeypatch):
     """vLLM's CPU worker binds its threads (auto: all cores but one): every replica would take the
     same cores, so on a host with room each replica of the candidate is given its own."""
-    from advisor.experiments import room
+    from advisor.experiments.arms import room
     from advisor.localstack.paths import free_port as free_run
 
     # The baseline's worker has 1 core (auto on 2 cores); this host has 4 for the 2 replicas and a spare each.

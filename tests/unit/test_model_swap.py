@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from advisor.experiments import model_swap
-from advisor.experiments.model_swap import ModelSwapError
+from advisor.experiments.arms import model_swap
+from advisor.experiments.arms.model_swap import ModelSwapError
 from advisor.experiments.result import MemoryReadout
 
 MiB = 2**20

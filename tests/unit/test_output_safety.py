@@ -20,7 +20,8 @@ from rich.console import Console
 
 from advisor import escape
 from advisor.diagnosis import SLO, diagnose, load_rules
-from advisor.experiments.result import BlockRecord, CheckSkip, CheckVerdict, ExperimentResult, QualityGuard, ServerRow
+from advisor.diagnosis.model import CheckSkip, ExperimentRef
+from advisor.experiments.result import BlockRecord, ExperimentResult, QualityGuard, ServerRow
 from advisor.loadgen.metrics import Dist, Generator, Stats, Summary
 from advisor.reports import diagnosis_text, experiment_text, load_text, snapshot_text
 from advisor.reports.markdown import code
@@ -65,13 +66,18 @@ def hostile_snapshot(s: str) -> Snapshot:
     return snap
 
 
+def hostile_result(s: str) -> ExperimentResult:
+    """A check's experiment whose every text came from outside."""
+    return ExperimentResult(id=s, deployment=s, mechanism=s, value=s, status=s, verdict="regressed", primary_metric=s,
+                            ratio=1.5, ci=(1.4, 1.6), reason=s, stop_reason=s, baseline_restored=True, fails_means=s,
+                            manifest={"workload": {"source": s}}, server_notes=[s])
+
+
 def hostile_diagnosis(s: str):
     d = diagnose(hostile_snapshot(s), load_rules(), SLO())
     d.findings[0].evidence[0].text = s
     d.findings[0].evidence[0].source = s
-    d.checks[0].verdict = CheckVerdict(verdict="improved", primary_metric=s, ratio=0.5, ci=(0.4, 0.6), value=s,
-                                       experiment=s, status=s, baseline_restored=True, fails_means=s, workload=s,
-                                       reason=s, server_notes=[s])
+    d.checks[0].verdict = ExperimentRef(experiment=s, verdict="regressed")
     d.checks[1].verdict = CheckSkip(skipped=s)
     d.checks[2].reason = s
     return d
@@ -110,7 +116,7 @@ def test_snapshot_text(s):
 
 @pytest.mark.parametrize("s", list(HOSTILE.values()), ids=list(HOSTILE))
 def test_diagnosis_text(s):
-    out = text_of(diagnosis_text.render, hostile_diagnosis(s))
+    out = text_of(lambda d, console: diagnosis_text.render(d, console, [hostile_result(s)]), hostile_diagnosis(s))
     terminal_safe(out)
     assert "Experiment for check #1" in out and "note:" in out
     if "\n" not in s:
@@ -119,7 +125,7 @@ def test_diagnosis_text(s):
 
 @pytest.mark.parametrize("s", list(HOSTILE.values()), ids=list(HOSTILE))
 def test_diagnosis_markdown(s):
-    md = markdown_diagnosis(hostile_diagnosis(s))
+    md = markdown_diagnosis(hostile_diagnosis(s), [hostile_result(s)])
     terminal_safe(md)
     assert "<script" not in md and "<img" not in md
     assert not re.search(r"(?<!\\)\]\(", md)  # no link: every bracket is backslashed

@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from advisor.experiments import calibration, planning, stats
-from advisor.experiments.design import Stopping
+from advisor.experiments.design import calibration
+from advisor.experiments.judgement import judge as judgement
+from advisor.experiments.design import planning
+from advisor.experiments import stats
+from advisor.experiments.design.plan import Stopping
 from advisor.loadgen.record import RequestRecord
 
 ALPHA = 0.05
@@ -30,7 +33,7 @@ def _run_sequential(rng, plan: planning.Plan, drift: float, sigma: float, ratio:
         level = stop.level_at(k, k_max)
         if level is None:
             continue
-        r = stats.compare("ttft", a[:k], b[:k], statistic=plan.statistic, alpha=level, seed=k, n_boot=400)
+        r = judgement.compare("ttft", a[:k], b[:k], statistic=plan.statistic, alpha=level, seed=k, n_boot=400)
         verdict = r.verdict
         if verdict != "inconclusive":
             return verdict, k
@@ -168,8 +171,8 @@ def test_familywise_error_over_primary_and_three_secondaries_at_most_alpha():
         results = []
         for m in range(4):
             a, b = _blocks(rng, k, n, 0.05, 0.5), _blocks(rng, k, n, 0.05, 0.5)
-            results.append(stats.compare(f"m{m}", a, b, statistic="p50", seed=i))
-        judged = stats.judge(results[0], results[1:])
+            results.append(judgement.compare(f"m{m}", a, b, statistic="p50", seed=i))
+        judged = judgement.family(results[0], results[1:])
         false += any(r.verdict in ("improved", "regressed") for r in judged)
     assert false / runs <= st.binom.ppf(0.99, runs, ALPHA) / runs, false
 
@@ -177,10 +180,10 @@ def test_familywise_error_over_primary_and_three_secondaries_at_most_alpha():
 def test_secondaries_behind_an_inconclusive_primary_are_not_tested():
     rng = np.random.default_rng(13)
     a, b = _blocks(rng, 6, 60, 0.05, 0.5), _blocks(rng, 6, 60, 0.05, 0.5)
-    weak = stats.compare("ttft", a[:2], b[:2])  # 2 blocks: never decisive
-    strong = stats.compare("tpot", a, [[v * 0.5 for v in blk] for blk in b])
+    weak = judgement.compare("ttft", a[:2], b[:2])  # 2 blocks: never decisive
+    strong = judgement.compare("tpot", a, [[v * 0.5 for v in blk] for blk in b])
     assert weak.verdict == "inconclusive" and strong.verdict == "improved"
-    _, gated = stats.judge(weak, [strong])
+    _, gated = judgement.family(weak, [strong])
     assert gated.verdict == "inconclusive" and gated.reason.startswith("not tested")
     assert gated.ratio == strong.ratio, "the estimate is still shown"
 

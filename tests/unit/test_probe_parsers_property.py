@@ -175,8 +175,8 @@ def test_prometheus_probe_on_any_answers(results, per_replica):
         self.queries += 1
         return next(answers_iter, results[-1])
 
-    with patch.object(prom_probe._Client, "query", query), \
-            patch.object(prom_probe._Client, "metric_names", lambda self: set(VLLM_NAMES)):
+    with patch.object(prom_probe.PrometheusClient, "query", query), \
+            patch.object(prom_probe.PrometheusClient, "metric_names", lambda self: set(VLLM_NAMES)):
         snap = _ok_or_ours(probe_prometheus, "http://prom.test", window_s=60, per_replica=per_replica)
     if snap is not None:
         json.loads(json_text(snap.model_dump(mode="json")), parse_constant=_refuse)

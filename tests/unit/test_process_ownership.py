@@ -19,10 +19,11 @@ import httpx
 import pytest
 import yaml
 
-from advisor.experiments.deployment import load_deployment
-from advisor.experiments.journal import Journal
-from advisor.experiments.launchers import healthy, stop_pid
-from advisor.experiments.processes import ProcessRecord
+from advisor.experiments.design.deployment import load_deployment
+from advisor.experiments.arms.journal import Journal
+from advisor.engine_process import healthy
+from advisor.children import stop_pid
+from advisor.experiments.arms.processes import ProcessRecord
 from tests.support.cli import assert_one_line_error, run_cli
 from tests.support.servers import ROOT, fake_argv, free_port, listener, wait_healthy
 
@@ -231,13 +232,26 @@ def test_a_clock_step_does_not_make_a_live_process_a_stranger(monkeypatch):
 
 
 def test_recover_stops_a_process_it_journalled_and_can_verify(tmp_path):
+    """Its identity matches and it carries the experiment's mark (as every engine an experiment
+    starts does): stopped. The same identity without the mark: test_recover_forged_journal.py."""
+    from advisor.experiments.arms.ownership import Ownership
+
     port = free_port()
     dep = dep_file(tmp_path, port)
-    with process([sys.executable, "-c", "import time; time.sleep(120)"]) as ours:
+    mark = Ownership(journal_of(tmp_path, dep).path.parent).env("exp-x")
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env={**os.environ, **mark},
+                            start_new_session=True)
+    try:
+        while not (ProcessRecord.of(ours.pid) or ProcessRecord(0, 0, ())).cmdline:
+            time.sleep(0.01)
         pending_journal(tmp_path, dep, ProcessRecord.of(ours.pid))
         r = cli(tmp_path, "recover", "--deployment", str(dep))
         assert r.code == 0 and f"candidate stopped (pid {ours.pid})" in r.stdout, r.stdout + r.stderr
         assert ours.wait(5) is not None
+    finally:
+        if ours.poll() is None:
+            ours.kill()
+            ours.wait()
 
 
 @pytest.mark.parametrize("server", ["http.server", "fake_openai"])

@@ -17,7 +17,7 @@ import pytest
 
 from probes import ProbeError, _primitives, _promql, probe_prometheus
 from probes.catalog import dialects, signals_for
-from probes.prometheus import _Client
+from probes.prometheus import PrometheusClient
 from probes.snapshot import INTERPOLATED
 
 VLLM = dialects()["vllm"]
@@ -281,7 +281,7 @@ def table(window="60s"):
 
 def test_query_is_posted_as_a_form_body(fake):
     prom = fake(NAMES, {"up": [row(1)]})
-    client = _Client(prom.url, timeout=5)
+    client = PrometheusClient(prom.url, timeout=5)
     at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     assert client.query("up", at) == [row(1)]
     method, url_query, form = prom.seen[-1]
@@ -350,6 +350,6 @@ def test_retries_count_as_requests(fake):
     prom = fake(NAMES, {"up": [row(1)]})
     failures = iter([(503, {"status": "error", "error": "busy"})])
     prom.refuse = lambda method, q: next(failures, None)
-    client = _Client(prom.url, timeout=5)
+    client = PrometheusClient(prom.url, timeout=5)
     assert client.query("up", None) == [row(1)]
     assert len(prom.seen) == client.queries == 2

@@ -2,8 +2,9 @@ import math
 
 import pytest
 
-from advisor.experiments import quality
-from advisor.experiments.quality import Step
+from advisor.experiments.judgement import quality
+from advisor.experiments.judgement.judge import quality_overrule
+from advisor.experiments.judgement.quality import Step
 from tests.support.servers import fake_server
 
 
@@ -53,7 +54,9 @@ def test_a_drop_past_the_margin_regresses_whatever_the_speed():
     q = quality.compare(base, cand, margin=0.1)
     lo, hi = q.logprob_ci
     assert hi < -0.1 and q.verdict == "past margin"
-    assert quality.overrule("improved", "faster", q) == ("regressed", f"quality regressed past its margin: {q.note}")
+    o = quality_overrule("improved", q)
+    assert (o.by, o.was, o.verdict, o.reason) == ("quality", "improved", "regressed",
+                                                   f"quality regressed past its margin: {q.note}")
 
 
 def test_an_interval_across_the_margin_keeps_a_speed_up_from_being_called_an_improvement():
@@ -61,9 +64,9 @@ def test_an_interval_across_the_margin_keeps_a_speed_up_from_being_called_an_imp
     cand = [[Step("a", -1.0 + d)] for d in (-0.4, 0.2, -0.3, 0.1)]
     q = quality.compare(base, cand, margin=0.1)
     assert q.logprob_ci[0] < -0.1 < q.logprob_ci[1] and q.verdict == "unclear"
-    verdict, reason = quality.overrule("improved", None, q)
-    assert verdict == "inconclusive" and "not shown within the margin" in reason
-    assert quality.overrule("regressed", "slower", q) == ("regressed", "slower")
+    o = quality_overrule("improved", q)
+    assert o.verdict == "inconclusive" and "not shown within the margin" in o.reason
+    assert quality_overrule("regressed", q) is None, "a slower candidate keeps its own verdict and reason"
 
 
 def test_the_interval_is_a_t_interval_over_prompts():
@@ -88,7 +91,7 @@ def test_both_logprob_formats_are_read():
 def test_without_logprobs_there_is_no_interval_and_no_verdict():
     q = quality.compare([[Step("a")], [Step("b")]], [[Step("a")], [Step("c")]])
     assert q.logprob_ci is None and q.verdict is None and "no log-probabilities" in q.note
-    assert quality.overrule("improved", None, q) == ("improved", None)
+    assert quality_overrule("improved", q) is None
 
 
 def test_greedy_reads_every_prompt():

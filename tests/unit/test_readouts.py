@@ -6,8 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from advisor.experiments import readouts, runner
-from advisor.experiments.design import SIGNAL_READOUT
+from advisor import readout_vocabulary
+from advisor.experiments.judgement import judge as judgement
+from advisor.experiments.design import readouts
+from advisor.experiments.design.plan import SIGNAL_READOUT
 from advisor.experiments.result import BlockRecord
 from advisor.knobs import KNOBS
 from advisor.loadgen.record import RequestRecord
@@ -46,7 +48,7 @@ def test_every_catalog_readout_is_known_to_the_judge():
     for name, k in KNOBS.items():
         for r in k.readouts:
             assert readouts.known(r.metric, r.statistic), f"{name}: the judge does not know {r.metric} {r.statistic}"
-            assert (r.better == "lower") == readouts.lower_is_better(r.metric), f"{name}: {r.metric} is {r.better}?"
+            assert (r.better == "lower") == readout_vocabulary.lower_is_better(r.metric), f"{name}: {r.metric} is {r.better}?"
 
 
 def test_every_signal_readout_is_in_the_vocabulary():
@@ -57,14 +59,14 @@ def test_every_signal_readout_is_in_the_vocabulary():
 @pytest.mark.parametrize("readout", CATALOG_READOUTS, ids=lambda r: f"{r[0]}-{r[1]}")
 def test_the_judge_runs_every_catalog_readout(readout):
     design = SimpleNamespace(primary=readout, secondary=[])
-    [result] = runner.judge(design, _by_block())
+    [result] = judgement.judge_readouts(design, _by_block())
     assert (result.metric, result.statistic) == readout
     assert result.verdict == "improved", result.reason
     assert result.n_blocks == (6, 6)
 
 
 def test_the_design_reads_the_catalogs_own_secondary_list():
-    from advisor.experiments.setup import secondary_readouts
+    from advisor.experiments.run.setup import secondary_readouts
 
     knob = KNOBS["max_num_seqs"]
     primary = (knob.primary.metric, knob.primary.statistic)
@@ -78,7 +80,7 @@ def test_all_readouts_of_a_knob_judged_together_with_holm():
     knob = KNOBS["max_num_seqs"]
     primary = (knob.primary.metric, knob.primary.statistic)
     design = SimpleNamespace(primary=primary, secondary=[(r.metric, r.statistic) for r in knob.secondary])
-    results = runner.judge(design, _by_block())
+    results = judgement.judge_readouts(design, _by_block())
     assert [(m.metric, m.statistic) for m in results] == [primary, *design.secondary]
     assert all(m.verdict == "improved" for m in results), [(m.metric, m.reason) for m in results]
 
@@ -105,7 +107,7 @@ def test_two_error_free_arms_are_no_change_not_a_crash():
     design = SimpleNamespace(primary=("errors", "ratio"), secondary=[])
     by_block = {(arm, b): _block(1.0 if arm == "candidate" else 1.1, b) for arm in ("baseline", "candidate")
                 for b in range(6)}
-    [result] = runner.judge(design, by_block)
+    [result] = judgement.judge_readouts(design, by_block)
     assert result.verdict == "no change" and result.ratio == pytest.approx(1.0)
 
 
@@ -121,15 +123,16 @@ def _rec(arm, block, valid=True):
 
 def test_too_many_invalid_blocks_make_the_verdict_inconclusive():
     ok = [_rec(a, b) for b in range(6) for a in ("baseline", "candidate")]
-    assert runner.too_few_valid(ok) is None
+    assert judgement.too_few_valid(ok) is None
     # 3 of 6 invalid: half still valid, and at least 2
     half = [_rec(a, b, valid=not (a == "baseline" and b < 3)) for b in range(6) for a in ("baseline", "candidate")]
-    assert runner.too_few_valid(half) is None
+    assert judgement.too_few_valid(half) is None
     most = [_rec(a, b, valid=not (a == "baseline" and b < 4)) for b in range(6) for a in ("baseline", "candidate")]
-    why = runner.too_few_valid(most)
-    assert why and "4 of 6 baseline blocks had an invalid load generator (scheduling lag p99 300 ms)" in why
+    why = judgement.too_few_valid(most)
+    assert why and ("2 valid baseline blocks of 6 (3 needed): the load generator fell behind its schedule on the "
+                    "baseline arm (scheduling lag p99 300 ms)") in why
     two = [_rec(a, b, valid=not (a == "candidate" and b == 0)) for b in range(2) for a in ("baseline", "candidate")]
-    assert "at least 2 valid blocks per arm" in runner.too_few_valid(two)
+    assert "1 valid candidate blocks of 2 (2 needed)" in judgement.too_few_valid(two)
 
 
 def test_urgent_readouts_judge_only_the_most_urgent_priority_class():
@@ -162,8 +165,8 @@ def test_priorities_travel_from_the_bucket_to_the_request_body():
 
 
 def test_the_default_scheduling_policy_workload_has_two_classes_in_a_deep_queue():
-    from advisor.experiments.design import default_workload
-    from advisor.experiments.setup import default_concurrency
+    from advisor.experiments.design.plan import default_workload
+    from advisor.experiments.run.setup import default_concurrency
 
     w = default_workload("scheduling_policy", 32, default_concurrency("scheduling_policy", "priority"), 1)
     assert {b.name: b.priority for b in w.buckets} == {"interactive": 0, "batch": 1}

@@ -5,63 +5,92 @@ import io
 from rich.console import Console
 
 from advisor.diagnosis import SLO, diagnose, load_rules
-from advisor.experiments.result import CheckSkip, CheckVerdict
+from advisor.diagnosis.model import CheckSkip, ExperimentRef
+from advisor.experiments.result import ExperimentResult, Judgement, Look, MetricResult, ServerRow
 from advisor.reports.diagnosis_text import render as render_text
 from advisor.reports.markdown import diagnosis as markdown_diagnosis
 from tests.unit.test_rules import snapshot_for
 
 CASE = {"signals": {"ttft_p95": 2.0, "tpot_p95": 0.02, "queue_time_mean": 1.5, "ttft_mean": 1.8,
                     "requests_waiting_avg": 6}}
+PRIMARY = MetricResult(metric="ttft", statistic="p95", lower_is_better=True, baseline_value=20.9,
+                       candidate_value=12.9, ratio=0.70, ci=(0.6, 0.82), level=0.997, p_value=0.001,
+                       adjusted_p=0.001, verdict="improved", method="block bootstrap", n_blocks=(4, 4),
+                       n_samples=(268, 268), margin=0.05, reason="")
 
 
-def diagnosis(with_verdict: bool):
+def experiment(**judged) -> ExperimentResult:
+    """The check's experiment as the store keeps it: its judgement with the run."""
+    fields = dict(verdict="improved", primary_metric="ttft p95", ratio=0.5, ci=(0.4, 0.6))
+    fields.update(judged)
+    return ExperimentResult(id="exp-1", deployment="local", mechanism="max_num_seqs", value="8", status="finished",
+                            baseline_restored=True, fails_means="x", manifest={"workload": {"source": "telemetry"}},
+                            judgement=Judgement(**fields))
+
+
+def diagnosis(result: ExperimentResult | None = None):
     d = diagnose(snapshot_for(CASE), load_rules(), SLO())
-    if with_verdict:
-        d.checks[0].verdict = CheckVerdict(verdict="improved", primary_metric="ttft p95", ratio=0.5, ci=(0.4, 0.6),
-                                           value="8", experiment="exp-1", status="finished", baseline_restored=True,
-                                           fails_means="x", workload="telemetry")
+    if result is not None:
+        d.checks[0].verdict = ExperimentRef(experiment=result.id, verdict=result.verdict)
     return d
 
 
-def test_check_verdict_is_typed_and_keeps_its_json_field_names():
+def text_of(d, *results) -> str:
+    buf = io.StringIO()
+    render_text(d, Console(file=buf, width=400), results)
+    return buf.getvalue()
+
+
+def test_a_check_refers_to_its_experiment_by_key_and_reads_earlier_copies_as_a_reference():
     from advisor.diagnosis.model import Diagnosis
 
-    d = diagnosis(True)
+    d = diagnosis(experiment())
     d.checks[1].verdict = CheckSkip(skipped="held back")
     data = d.model_dump(mode="json")
-    checks = [c for f in data["findings"] for c in f["checks"]]
-    by_rank = {c["rank"]: c["verdict"] for c in checks}
-    assert by_rank[1]["verdict"] == "improved" and by_rank[1]["ci"] == [0.4, 0.6] and by_rank[1]["experiment"] == "exp-1"
+    by_rank = {c["rank"]: c["verdict"] for f in data["findings"] for c in f["checks"]}
+    assert by_rank[1] == {"experiment": "exp-1", "verdict": "improved"}, "a reference, not a copy of the result"
     assert by_rank[2] == {"skipped": "held back"}
     back = Diagnosis.model_validate(data)
-    assert isinstance(back.checks[0].verdict, CheckVerdict) and isinstance(back.checks[1].verdict, CheckSkip)
+    assert isinstance(back.checks[0].verdict, ExperimentRef) and isinstance(back.checks[1].verdict, CheckSkip)
+    # A diagnosis stored by an earlier advisor carried a copy of the result's fields: read as its key.
+    checks = [c for f in data["findings"] for c in f["checks"]]
+    checks[0]["verdict"] = {"verdict": "improved", "primary_metric": "ttft p95", "ratio": 0.5, "ci": [0.4, 0.6],
+                            "value": "8", "experiment": "exp-1", "status": "finished", "metrics": []}
+    old = Diagnosis.model_validate(data)
+    assert old.checks[0].verdict == ExperimentRef(experiment="exp-1", verdict="improved")
 
 
 def test_an_inconclusive_verdict_says_why_in_text_and_markdown():
-    d = diagnosis(True)
-    d.checks[0].verdict = d.checks[0].verdict.model_copy(update={
-        "verdict": "inconclusive", "ratio": None, "ci": None,
-        "reason": "4 of 6 baseline blocks had an invalid load generator (lag); at least 3 valid blocks per arm are needed"})
-    buf = io.StringIO()
-    render_text(d, Console(file=buf, width=200))
-    assert "INCONCLUSIVE" in buf.getvalue() and "invalid load generator" in buf.getvalue()
-    md = markdown_diagnosis(d)
+    why = "4 of 6 baseline blocks had an invalid load generator (lag); at least 3 valid blocks per arm are needed"
+    r = experiment(verdict="inconclusive", ratio=None, ci=None, reason=why)
+    text = text_of(diagnosis(r), r)
+    assert "INCONCLUSIVE" in text and "invalid load generator" in text
+    md = markdown_diagnosis(diagnosis(r), [r])
     assert "**inconclusive** on ttft p95 (4 of 6 baseline blocks had an invalid load generator" in md
 
 
 def test_markdown_has_symptom_checks_and_verdict():
-    md = markdown_diagnosis(diagnosis(True))
+    r = experiment()
+    md = markdown_diagnosis(diagnosis(r), [r])
     assert "## ADV001 TTFT is high while TPOT is normal (moderate)" in md
     assert "| 1 | Requests wait in the queue" in md
-    assert "**improved** on ttft p95, ratio 0.50 [0.40, 0.60]" in md
+    assert r"**improved** on ttft p95, ratio 0.50, 95 % CI \[0.40, 0.60\]" in md  # brackets escaped: text, not a link
 
 
 def test_text_has_evidence_and_the_experiment_line():
-    buf = io.StringIO()
-    render_text(diagnosis(True), Console(file=buf, width=160))
-    out = buf.getvalue()
+    r = experiment()
+    out = text_of(diagnosis(r), r)
     assert "MODERATE ADV001" in out and "ttft_p95 = 2.000 s > SLO ttft_p95 (1.000 s)" in out
-    assert "Experiment for check #1 (max_num_seqs -> 8): IMPROVED on ttft p95" in out
+    assert ("Experiment for check #1 (max_num_seqs -> 8): IMPROVED on ttft p95, ratio 0.50, 95 % CI [0.40, 0.60]; "
+            "finished, baseline restored and healthy") in out
+    assert "workload: telemetry" in out
+
+
+def test_a_check_whose_result_is_not_at_hand_shows_its_verdict_and_key():
+    d = diagnosis(experiment())
+    out = text_of(d)
+    assert "IMPROVED (experiment exp-1: its result is not at hand)" in out
+    assert "**improved** (experiment exp-1: its result is not at hand)" in markdown_diagnosis(d)
 
 
 def test_healthy_text():
@@ -72,19 +101,14 @@ def test_healthy_text():
 
 
 def test_where_the_experiment_stopped_is_in_text_and_markdown():
-    from advisor.experiments.result import Look
-
-    d = diagnosis(True)
-    d.checks[0].verdict = d.checks[0].verdict.model_copy(update={
-        "looks": [Look(blocks=3, alpha=0.001, verdict="inconclusive", ratio=0.6, ci=(0.2, 1.9), requests=402),
-                  Look(blocks=4, alpha=0.003, verdict="improved", ratio=0.55, ci=(0.4, 0.8), requests=536)],
-        "stop_reason": "decisive at look 2 (4 of at most 13 blocks per arm): improved", "level": 0.997})
-    buf = io.StringIO()
-    render_text(d, Console(file=buf, width=200))
-    text = buf.getvalue()
-    assert "99.7% CI" in text and "stopped: decisive at look 2 (4 of at most 13 blocks per arm)" in text
+    r = experiment(metrics=[PRIMARY], ratio=0.55, ci=(0.4, 0.8),
+                   looks=[Look(blocks=3, alpha=0.001, verdict="inconclusive", ratio=0.6, ci=(0.2, 1.9), requests=402),
+                          Look(blocks=4, alpha=0.003, verdict="improved", ratio=0.55, ci=(0.4, 0.8), requests=536)],
+                   stop_reason="decisive at look 2 (4 of at most 13 blocks per arm): improved")
+    text = text_of(diagnosis(r), r)
+    assert "99.7 % CI [0.40, 0.80]" in text and "stopped: decisive at look 2 (4 of at most 13 blocks per arm)" in text
     assert "2 looks, 536 requests" in text
-    md = markdown_diagnosis(d)
+    md = markdown_diagnosis(diagnosis(r), [r])
     assert "stopped: decisive at look 2" in md
 
 
@@ -142,25 +166,15 @@ def test_a_bad_price_is_refused_before_the_target_is_read():
 
 
 def test_each_experiment_shows_client_and_server_readouts_per_arm_in_text_and_markdown():
-    from advisor.experiments.result import MetricResult, ServerRow
-
-    primary = MetricResult(metric="ttft", statistic="p95", lower_is_better=True, baseline_value=20.9,
-                           candidate_value=12.9, ratio=0.70, ci=(0.6, 0.82), level=0.997, p_value=0.001,
-                           adjusted_p=0.001, verdict="improved", method="block bootstrap", n_blocks=(4, 4),
-                           n_samples=(268, 268), margin=0.05, reason="")
-    d = diagnosis(True)
-    d.checks[0].verdict = d.checks[0].verdict.model_copy(update={
-        "metrics": [primary],
+    r = experiment(metrics=[PRIMARY]).model_copy(update={
         "server": [ServerRow(signal="requests_running_avg", baseline=2.0, candidate=7.9, watched=True),
                    ServerRow(signal="prefix_cache_hit_rate", baseline=None, candidate=0.81, watched=False)],
         "server_notes": ["outside traffic on the baseline: 12 requests the advisor did not send"]})
-    buf = io.StringIO()
-    render_text(d, Console(file=buf, width=400))
-    text = buf.getvalue()
+    text = text_of(diagnosis(r), r)
     assert "client, baseline -> candidate: ttft p95 20.9 s -> 12.9 s (0.70, improved)" in text, text
     assert "server, baseline -> candidate: requests_running_avg* 2 -> 7.9; prefix_cache_hit_rate - -> 81.0 %" in text
     assert "outside traffic on the baseline: 12 requests" in text
-    md = markdown_diagnosis(d)
+    md = markdown_diagnosis(diagnosis(r), [r])
     assert "## Experiment exp-1: max_num_seqs -> 8" in md
     assert "| ttft p95 | 20.9 s | 12.9 s | 0.70 |" in md, md
     assert "| `requests_running_avg` \\* | 2 | 7.9 | x3.95 |" in md

@@ -1,7 +1,7 @@
 """Room for N+1 replicas on this host: cores that each replica has to itself, memory for the engines
 added, and a GPU host refused by name; each refusal one line that says what is missing."""
 
-from advisor.experiments import room
+from advisor.experiments.arms import room
 
 TWO_CORES = room.Host(cores=2, available_bytes=20 * 2**30)
 GIB = 2**30

@@ -9,12 +9,12 @@ import yaml
 from typer.testing import CliRunner
 
 from advisor.cli import app
-from advisor.experiments import planning
-from advisor.experiments.deployment import Deployment
-from advisor.experiments.design import Design, block_order
-from advisor.experiments.journal import Journal
-from advisor.experiments.launchers import LocalLauncher
-from advisor.experiments.runner import execute
+from advisor.experiments.design import planning
+from advisor.experiments.design.deployment import Deployment
+from advisor.experiments.design.plan import Design, block_order
+from advisor.experiments.arms.journal import Journal
+from advisor.experiments.arms.local import LocalLauncher
+from advisor.experiments.run.runner import execute
 from advisor.workload.plan import plan
 from advisor.workload.spec import Workload
 from tests.support.servers import free_port, listener
@@ -163,3 +163,35 @@ def test_aa_run_measures_and_stores_the_noise_that_later_plans_use(tmp_path, dat
 def test_design_dataclass_defaults_keep_the_fixed_horizon():
     fields = {f.name: f for f in dataclasses.fields(Design)}
     assert fields["stopping"].default_factory().sequential is False
+
+
+def test_a_baseline_whose_blocks_are_all_invalid_is_stopped_as_out_of_reach_long_before_the_maximum(tmp_path, ports,
+                                                                                                     monkeypatch):
+    """The runner asks the out-of-reach rule after every pair of blocks: a load generator behind its
+    schedule on every baseline block (the lag forced invalid here, the engines real fake processes)
+    ends the run with "cannot be judged", the arm, the cause and the remedy, after a few blocks of
+    the 12 planned; the baseline is restored."""
+    from advisor.experiments.run import runner as runner_mod
+
+    real = runner_mod.summarize
+    calls = {"n": 0}
+
+    def summarize(r):
+        s = real(r)
+        calls["n"] += 1
+        arm = d.order[calls["n"] - 1][0]
+        if arm == "baseline":
+            s.generator = s.generator.model_copy(update={"valid": False, "why_invalid": "scheduling lag p99 300 ms > 50 ms"})
+        return s
+
+    d, lau, journal = make(tmp_path, ports, ["--delay", "0.006"], ["--delay", "0.002"], blocks=12)
+    d.stopping = planning.stopping("p50", 12)
+    monkeypatch.setattr(runner_mod, "summarize", summarize)
+    r = execute(d, lau, journal, lambda m: None)
+    assert r.stop_reason and r.stop_reason.startswith("stopped after") and "cannot be judged" in r.stop_reason, \
+        r.stop_reason
+    per_arm = len(r.blocks) // 2
+    assert per_arm < 12 and "baseline" in r.stop_reason and "scheduling lag p99 300 ms" in r.stop_reason
+    assert "Remedy:" in r.stop_reason
+    assert r.verdict == "inconclusive" and all(not b.generator_valid for b in r.blocks if b.arm == "baseline")
+    assert r.baseline_restored

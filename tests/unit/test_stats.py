@@ -17,15 +17,10 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from advisor.experiments.stats import (
-    MIN_SAMPLES,
-    MetricResult,
-    boundary_alphas,
-    compare,
-    judge,
-    min_blocks_per_arm,
-    sequential,
-)
+from advisor.experiments.judgement.judge import compare, sequential
+from advisor.experiments.judgement.judge import family as judge
+from advisor.experiments.result import MetricResult
+from advisor.experiments.stats import MIN_SAMPLES, boundary_alphas, min_blocks_per_arm
 
 ALPHA = 0.05
 SIGMA = 0.5
@@ -337,7 +332,20 @@ def test_holm_without_the_data_is_conservative():
     sec = compare("e2e", GOOD, FAST)
     restored = MetricResult.model_validate(sec.model_dump())
     (out,) = judge(primary, [restored, compare("itl", GOOD, FAST)])[1:2]
-    assert out.verdict == "inconclusive" and "cannot be recomputed" in out.reason
+    assert out.verdict == "inconclusive" and "not at hand to recompute the CI" in out.reason
+
+
+def test_a_secondary_the_look_level_cannot_reach_says_how_many_blocks_it_needs():
+    """A readout whose rank test cannot reach the look's level still carries its estimate, so that
+    Holm says what is missing (more blocks), never that its data were lost."""
+    base, cand = [[0.22], [0.21], [0.23], [0.22]], [[2.1], [2.14], [2.2], [2.0]]
+    goodput = compare("goodput", base, cand, statistic="per_s", lower_is_better=False, alpha=0.01)
+    assert goodput.verdict == "inconclusive" and goodput.ratio == pytest.approx(9.7, rel=0.05)
+    primary = compare("ttft", GOOD, FAST, alpha=0.01)
+    tokens = compare("output_tokens", base, cand, statistic="per_s", lower_is_better=False, alpha=0.01)
+    for out in judge(primary, [goodput, tokens], alpha=0.01)[1:]:
+        assert out.verdict == "inconclusive" and out.ratio == pytest.approx(9.7, rel=0.05)
+        assert "run at least" in out.reason and "data" not in out.reason, out.reason
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def check_experiment_round_trip(url: str) -> None:
         ident = store.start_experiment(KEY, "local", "http://user:secret@127.0.0.1:8000", "max_num_seqs", "8",
                                        {"lines": ["design"], "blocks_per_arm": 3})
         running = store.get_experiment(ident)
-        assert running.summary.status == "running" and running.result is None
+        assert running.summary.status == "running" and running.result_document is None
         assert "secret" not in running.summary.target, "no credentials stored"
         assert running.design["blocks_per_arm"] == 3
         # Its blocks land while it runs, carrying its id.
@@ -48,8 +48,9 @@ def check_experiment_round_trip(url: str) -> None:
         store.finish_experiment(ident, make_result())
         done = store.get_experiment(ident)
         assert (done.summary.status, done.summary.verdict, done.summary.ratio) == ("finished", "improved", 0.25)
-        assert done.result.metrics[0].ci == (0.18, 0.32)
-        assert done.result.manifest["nan"] is None
+        back = ExperimentResult.model_validate(done.result_document)
+        assert back.metrics[0].ci == (0.18, 0.32) and back.judgement == make_result().judgement
+        assert back.manifest["nan"] is None
         assert store.link_experiments(diag, "local", [KEY]) == 1
         assert [e.id for e in store.list_experiments(diagnosis_id=diag)] == [ident]
         assert [e.key for e in store.list_experiments(deployment="local")] == [KEY]
@@ -78,9 +79,9 @@ def check_failed_and_interrupted(url: str) -> None:
         store.fail_experiment(a, "LauncherError: candidate never became healthy")
         b = store.start_experiment("exp-b", "local", "http://h:1", "max_num_seqs", "8", {})
         store.finish_experiment(b, make_result("exp-b", "inconclusive"), status="interrupted")
-        assert store.get_experiment(a).summary.status == "failed" and store.get_experiment(a).result is None
+        assert store.get_experiment(a).summary.status == "failed" and store.get_experiment(a).result_document is None
         assert store.get_experiment(b).summary.status == "interrupted"
-        assert store.get_experiment(b).result.verdict == "inconclusive"
+        assert ExperimentResult.model_validate(store.get_experiment(b).result_document).verdict == "inconclusive"
 
 
 def check_job_slots_run_once(url: str) -> None:

@@ -17,18 +17,23 @@ TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-@pytest.fixture
-def store_url(tmp_path) -> str:
+def hostile_store(tmp_path, text: str) -> str:
+    """A store holding one diagnosis and one experiment whose target-given text is `text`."""
     url = f"sqlite:///{tmp_path / 'advisor.db'}"
     with open_store(url) as store:
         d = make_diagnosis()
-        d.model = EVIL
-        d.findings[0].evidence[0].text = f"model label {EVIL}"
-        d.findings[0].checks[0].title = f"rule text {EVIL}"
+        d.model = text
+        d.findings[0].evidence[0].text = f"model label {text}"
+        d.findings[0].checks[0].title = f"rule text {text}"
         store.save_diagnosis(d, make_snapshot(), deployment="local")
-        ident = store.start_experiment("exp-1", "local", "http://h:1", "max_num_seqs", EVIL, {"lines": [EVIL]})
+        ident = store.start_experiment("exp-1", "local", "http://h:1", "max_num_seqs", text, {"lines": [text]})
         store.finish_experiment(ident, make_result("exp-1"))
     return url
+
+
+@pytest.fixture
+def store_url(tmp_path) -> str:
+    return hostile_store(tmp_path, EVIL)
 
 
 def config(tmp_path, prom_url="http://127.0.0.1:9") -> FleetConfig:
@@ -172,7 +177,7 @@ def test_the_weekly_page_caps_its_period(tmp_path, store_url):
 
 
 def test_prom_url_credentials_never_show(tmp_path):
-    from advisor.fleet.actions import ExperimentRuns
+    from advisor.app.watched import ExperimentRuns
     from advisor.fleet.config import load_config
 
     (tmp_path / "advisor.yaml").write_text("deployments: [{name: a, prom_url: 'http://user:pw123@127.0.0.1:9'}]\n")

@@ -1,0 +1,163 @@
+"""The schedule `advisor serve` runs: a diagnosis of each deployment every `diagnose_every`, and
+the weekly report at its cron time (written to out_dir, posted to the webhook).
+
+Each run is one slot of one job (the diagnosis interval it falls in, the cron time it is for),
+claimed in the store's job_runs table before it runs: of two advisors on one database only the
+first claims a slot, so no job runs twice. A run that fails (Prometheus down) is recorded as such,
+and the next slot runs as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from advisor.errors import AdvisorError
+from advisor.fleet.config import FleetConfig
+from advisor.fleet.cron import parse_cron
+from advisor.units import parse_duration
+from advisor.app.diagnose import diagnose, watched_request
+
+log = logging.getLogger("advisor.schedule")
+TICK_S = 5.0
+WEBHOOK_CHARS = 3500  # Slack shows a message's first ~4000 characters
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job: str
+    slot: str
+    ok: bool
+    detail: str
+
+
+def _slot_of(now: datetime, every_s: float) -> datetime:
+    start = int(now.timestamp() // every_s) * every_s
+    return datetime.fromtimestamp(start, tz=timezone.utc)
+
+
+def last_fire(cron_text: str, now: datetime) -> datetime | None:
+    """The latest cron time at or before `now`, within the last 8 days."""
+    cron = parse_cron(cron_text)
+    t, last = now - timedelta(days=8), None
+    while True:
+        t = cron.next_after(t)
+        if t > now:
+            return last
+        last = t
+
+
+class Scheduler:
+    def __init__(self, config: FleetConfig, store_url: str, owner: str | None = None, tick_s: float = TICK_S):
+        self.config = config
+        self.store_url = store_url
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+        self.tick_s = tick_s
+        self.started = datetime.now(timezone.utc)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._store = None
+
+    @property
+    def store(self):
+        """Opened (and migrated) once, on first use, not at every tick."""
+        if self._store is None:
+            from advisor.store import open_store
+
+            self._store = open_store(self.store_url)
+        return self._store
+
+    def start(self) -> None:
+        self.started = datetime.now(timezone.utc)
+        self._thread = threading.Thread(target=self._loop, name="advisor-schedule", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=120)
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_due(datetime.now(timezone.utc))
+            except Exception:  # noqa: BLE001  (a bug must not stop the schedule; it is logged)
+                log.exception("schedule tick failed")
+            self._stop.wait(self.tick_s)
+
+    def run_due(self, now: datetime) -> list[Outcome]:
+        """Runs every job whose slot has come and that no advisor has claimed; returns what ran."""
+        done = []
+        for w in self.config.deployments:
+            if w.diagnose_every:
+                slot = _slot_of(now, parse_duration(w.diagnose_every)).isoformat()
+                done += self._run(f"diagnose:{w.name}", slot, lambda w=w: self._diagnose(w))
+        weekly = self.config.weekly_report
+        if weekly is not None:
+            fire = last_fire(weekly.cron, now)
+            # Only times since this server started: a restart does not replay last Monday.
+            if fire is not None and fire >= self.started - timedelta(seconds=self.tick_s):
+                done += self._run("weekly-report", fire.isoformat(), lambda: self._weekly(fire))
+        return done
+
+    def _run(self, job: str, slot: str, work) -> list[Outcome]:
+        store = self.store
+        run_id = store.claim_job(job, slot, self.owner)
+        if run_id is None:
+            return []
+        try:
+            detail, ok = work(), True
+        except AdvisorError as e:
+            detail, ok = str(e).splitlines()[0] if str(e) else type(e).__name__, False
+        except Exception as e:  # noqa: BLE001
+            log.exception("%s failed", job)
+            detail, ok = f"internal error: {type(e).__name__}: {e}", False
+        store.finish_job(run_id, ok, detail)
+        (log.info if ok else log.warning)("%s %s: %s", job, slot, detail)
+        return [Outcome(job, slot, ok, detail)]
+
+    def _diagnose(self, w) -> str:
+        saved = diagnose(watched_request(w), store=self.store)
+        return f"diagnosis {saved.saved_id}: " + saved.diagnosis.summary
+
+    def _weekly(self, fire: datetime) -> str:
+        from advisor.app.weekly import render, weekly_view
+        from advisor.reports.documents import write
+
+        weekly = self.config.weekly_report
+        period = parse_duration(weekly.since)
+        view = weekly_view(self.config, self.store, None, period, end=fire)  # read once, rendered twice
+        page, text = render(view, "html"), render(view, "markdown")
+        said = []
+        if weekly.out_dir is not None:
+            stem = f"weekly-{fire:%Y-%m-%d-%H%M}"
+            write(weekly.out_dir / f"{stem}.html", page)
+            write(weekly.out_dir / f"{stem}.md", text)
+            said.append(f"written to {weekly.out_dir / stem}.html")
+        if weekly.webhook:
+            post_webhook(weekly.webhook, text)
+            said.append("posted to the webhook")
+        return "weekly report " + (", ".join(said) or "made (no out_dir or webhook configured)")
+
+
+def post_webhook(url: str, markdown: str) -> None:
+    """Slack-compatible: {"text": ...}. Anything but a 2xx is a failure of the job."""
+    import httpx
+
+    from probes.http import origin
+
+    where = origin(url)  # a Slack webhook's path is its secret
+    text = markdown if len(markdown) <= WEBHOOK_CHARS else markdown[:WEBHOOK_CHARS] + "\n... (the whole report is in out_dir)"
+    try:
+        r = httpx.post(url, json={"text": text}, timeout=10.0)
+    except httpx.HTTPError as e:
+        raise AdvisorError(f"webhook at {where}: {type(e).__name__}") from None
+    if r.status_code // 100 != 2:
+        raise AdvisorError(f"webhook at {where} answered {r.status_code}")
