@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.ranges import BLOCKS_MAX, WARMUP_MAX
 from advisor.cost import price_for
+from advisor.experiments.arms.kube import KubeLauncher
+from advisor.experiments.arms.kube_clone import manifests_yaml
 from advisor.experiments.design import planning
 from advisor.experiments.run import session
 from advisor.knobs import DIRECTIONS
@@ -77,6 +79,8 @@ class PlanSummary(BaseModel):
     requests_per_block: int
     first_look: int
     sequential: bool
+    manifests: str | None = Field(default=None, description="launcher kubernetes: the two arms' manifests as "
+                                  "`kubectl apply -f` takes them, the knob's line marked")
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,20 @@ def summary(d: Design) -> PlanSummary:
                        changes=flag_changes(d.baseline_args, d.candidate_args),
                        guardrails=[line for line in lines if "guardrail" in line.lower()],
                        max_blocks_per_arm=d.blocks_per_arm, requests_per_block=len(d.requests),
-                       first_look=d.stopping.first_look, sequential=d.stopping.sequential)
+                       first_look=d.stopping.first_look, sequential=d.stopping.sequential,
+                       manifests=arm_manifests(d))
+
+
+def arm_manifests(d: Design) -> str | None:
+    """The arms a Kubernetes experiment would create, read from the cluster and created nowhere."""
+    if d.deployment.kubernetes is None:
+        return None
+    launcher = KubeLauncher(d.deployment, d.baseline_args, d.candidate_args, None, d.id,
+                            replicas=d.replicas or None)
+    try:
+        return manifests_yaml(launcher.plan())
+    finally:
+        launcher.close()
 
 
 def preview(req: ExperimentRequest) -> PlanSummary:
@@ -171,5 +188,5 @@ def run(req: ExperimentRequest, *, say: Callable[[str], None] = _quiet,
         return e.result
 
 
-__all__ = ["ExperimentRequest", "PlanSummary", "Prepared", "design", "plans", "prepare", "preview",
+__all__ = ["ExperimentRequest", "PlanSummary", "Prepared", "arm_manifests", "design", "plans", "prepare", "preview",
            "run", "summary"]

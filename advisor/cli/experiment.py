@@ -84,7 +84,7 @@ def experiment(
             if output is Output.json:
                 print(json_text(service.summary(d).model_dump(mode="json")))
             else:
-                render_plan(d, out)
+                render_plan(d, out, service.arm_manifests(d))
             raise typer.Exit(EXIT_OK)
         result = service.run(request, say=_say("\\[experiment] "), note=_recovered)
     except AdvisorError as e:
@@ -103,7 +103,9 @@ def recover(deployment: Deployment) -> None:
     Stops only processes the advisor journalled starting, each after checking that the process now at
     that pid has the journalled create time and command line (a reused pid is left alone, and said so);
     never what it merely finds listening. Starts the baseline again only where the advisor had stopped
-    it (local.owns_process), and nothing that was not serving when the experiment began. Prints what it did.
+    it (local.owns_process), and nothing that was not serving when the experiment began. On Kubernetes
+    (launcher: kubernetes) it deletes the arms the journal records creating, each only if the live object
+    has the journalled UID and this experiment's labels. Prints what it did.
 
     Exit codes: 0 restored or nothing to do, 2 could not restore.
     """

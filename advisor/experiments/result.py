@@ -244,6 +244,8 @@ class ExperimentResult(BaseModel):
                                                    "per readout, stored for later plans")
     models: dict[str, ModelLayers] = Field(default={}, description="a model-file swap: each arm's model in the "
                                             "map's four layers")
+    kubernetes: dict = Field(default={}, description="a Kubernetes experiment: the cluster's version, the target, "
+                             "and per arm its workload, pods, nodes, GPU models, image digests and argv")
     manifest: dict = {}
 
     # The valid blocks' request records, for what is computed after the run (an A/A calibration).

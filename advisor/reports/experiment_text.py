@@ -13,10 +13,13 @@ from advisor.escape import markup as _e
 COLOR = {"improved": "green", "regressed": "red", "no change": "cyan", "inconclusive": "yellow"}
 
 
-def render_plan(d, console: Console) -> None:
+def render_plan(d, console: Console, manifests: str | None = None) -> None:
     console.print("[bold]Dry run[/]: nothing was started or changed.")
     for line in d.describe():
         console.print(f"  {_e(line)}", highlight=False)
+    if manifests:
+        console.print("[bold]The arms' manifests[/] (kubectl apply -f accepts them; the knob's line is marked):")
+        console.print(_e(manifests), highlight=False, soft_wrap=True)
 
 
 def render(r, console: Console) -> None:

@@ -138,15 +138,16 @@ def test_aa_and_plan_usage_errors(tmp_path, data_dir, args, message):
 def test_aa_run_measures_and_stores_the_noise_that_later_plans_use(tmp_path, data_dir, ports):
     dep, port, cport = _dep(tmp_path, AA_DELAY)
     ports += [port, cport]
-    # 6 blocks per arm, judged at alpha 0.01 as the e2e A/A runs are: at 4 blocks and the run's 0.05,
-    # four candidate blocks all slower than four baseline ones (p 0.029) happened to identical fake
-    # arms in CI, on a host busy with other tests.
     r = runner.invoke(app, ["experiment", "--deployment", dep, "--aa", "--blocks", "6", "--block-requests", "16",
                             "--fixed", "--output", "json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["mechanism"] == "aa", out
-    assert all(m["adjusted_p"] is None or m["adjusted_p"] >= 0.01 for m in out["metrics"]), \
+    # Not a significance test: two fake arms are so quiet that a 2 % difference in how a loaded host
+    # schedules their processes separates all 6 blocks (p 0.002, seen here while a compiler ran). A
+    # runner that fed the arms different traffic would move the medians far more than that.
+    medians = [m for m in out["metrics"] if m["statistic"] == "p50"]
+    assert medians and all(0.67 <= m["ratio"] <= 1.5 for m in medians), \
         [(m["metric"], m["statistic"], m["ratio"], m["adjusted_p"]) for m in out["metrics"]]
     assert out["manifest"]["candidate_argv"] == out["manifest"]["baseline_argv"]
     names = {(c["metric"], c["statistic"]) for c in out["calibration"]}

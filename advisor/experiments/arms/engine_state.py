@@ -79,7 +79,9 @@ def observe_url(url: str, engine: str, model: str, timeout: float = 3.0) -> Engi
 
 def observe(dep: Deployment, timeout: float = 3.0) -> EngineState:
     """The baseline's revealed state, or as much of it as answered within the deadline."""
-    url = dep.endpoints.baseline if dep.launcher == "endpoints" and dep.endpoints else dep.target_url
+    if dep.kubernetes and not dep.kubernetes.url:
+        return EngineState()  # no address of the target given: its args are read from the cluster instead
+    url = dep.endpoints.baseline if dep.launcher == "endpoints" and dep.endpoints else dep.baseline_url
     served = observe_url(url, dep.engine, dep.model, timeout)
     version, platform = installed(dep)
     if served.problem:

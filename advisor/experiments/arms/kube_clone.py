@@ -112,6 +112,11 @@ def clone_arms(target: Mapping, container: str, args: Mapping[str, Sequence[str]
     return out
 
 
+def experiment_label(experiment: str) -> str:
+    """The value of LABEL_EXPERIMENT on everything an experiment creates."""
+    return _label_value(experiment)
+
+
 def _label_value(text: str) -> str:
     """A label value (at most 63 characters of [A-Za-z0-9._-], alphanumeric at both ends)."""
     value = re.sub(r"[^A-Za-z0-9._-]", "-", text)[:_NAME_MAX].strip("-._")

@@ -15,6 +15,7 @@ from advisor.engine_process import healthy
 from advisor.experiments.arms.protocol import LaunchError, stop_recorded
 from advisor.experiments.design.deployment import Deployment
 from advisor.experiments.arms.journal import Journal
+from advisor.experiments.arms.kube import recover_objects
 from advisor.experiments.arms.local import LocalLauncher
 from advisor.experiments.arms.ownership import Ownership
 from advisor.experiments.arms.processes import ProcessRecord, holder, is_or_descends_from
@@ -35,9 +36,15 @@ def recover(dep: Deployment, journal: Journal, log_dir, say=lambda msg: None) ->
     for problem in journal.problems:
         say(problem)
     experiment, entries = pending
-    if dep.launcher != "local":
+    if dep.launcher == "endpoints":
         journal.write(experiment, "recovered", action="endpoints: nothing to restore")
         return f"experiment {experiment} had not finished; its arms are endpoints, nothing to restore"
+    if dep.launcher == "kubernetes":
+        with interrupts.shielded():
+            say(f"experiment {experiment} did not finish (its advisor died): deleting the arms it created")
+            done = recover_objects(dep.kubernetes, experiment, entries)
+            journal.write(experiment, "recovered", done=done, at=time.time())
+        return "; ".join(done)
     with interrupts.shielded():
         say(f"experiment {experiment} did not finish (its advisor died): leaving the target as it found it")
         done, ok, blocked = _recover_local(dep, journal, experiment, entries, log_dir)

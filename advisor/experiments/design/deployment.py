@@ -129,6 +129,61 @@ class EndpointsSpec(_Strict):
     _ports = field_validator("baseline", "candidate")(lambda v: url_port(v))
 
 
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+
+
+class KubernetesSpec(_Strict):
+    """Where the target runs on Kubernetes and how the advisor reaches its arms (DESIGN 12): the
+    arms are two fresh workloads cloned from `workload`, which is only read."""
+
+    workload: str = Field(description="the target: deployment/NAME or statefulset/NAME")
+    namespace: str = Field(default="default", description="the target's namespace (the arms are created there)")
+    container: str = Field(description="the engine container's name in the pod template")
+    port: Port = Field(description="the port the engine container serves on")
+    reach: Literal["pod-ip"] = Field(
+        default="pod-ip",
+        description="how the advisor reaches an arm: pod-ip (it runs in the cluster, or on a network that routes "
+                    "pod IPs); through the API server (port-forward, the pods proxy) is not built")
+    kubeconfig: str | None = Field(default=None, description="default: the in-cluster service account, then "
+                                   "$KUBECONFIG, then ~/.kube/config")
+    context: str | None = Field(default=None, description="a context of the kubeconfig (default: its current one)")
+    url: str | None = Field(default=None, description="where the target serves for the advisor (its Service), to "
+                            "read what the engine reveals and its /metrics in a diagnosis; optional")
+    health_path: str = "/health"
+    start_timeout_s: TimeoutS = Field(default=900.0, description="how long an arm may take to be ready (image pull, "
+                                      "model load)")
+    api_timeout_s: TimeoutS = 15.0
+
+    @field_validator("workload")
+    @classmethod
+    def _workload(cls, v: str) -> str:
+        kind, _, name = v.partition("/")
+        if kind.lower() not in ("deployment", "statefulset") or not re.fullmatch(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*", name):
+            raise ValueError(f"give the target as deployment/NAME or statefulset/NAME, got {v!r} (a KServe "
+                             "InferenceService or a LeaderWorkerSet: name the Deployment it runs as)")
+        return f"{kind.lower()}/{name}"
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if not re.fullmatch(_DNS_LABEL, v) or len(v) > 63:
+            raise ValueError(f"not a namespace name: {v!r}")
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else url_port(v)
+
+    @property
+    def kind(self) -> str:
+        return self.workload.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.workload.split("/", 1)[1]
+
+
 class GuardrailsSpec(_Strict):
     """Per-deployment experiment guardrails; the command line's --max-duration, --max-requests and
     --max-error-rate override each."""
@@ -157,9 +212,10 @@ class Deployment(_Strict):
     name: str
     engine: Literal["vllm", "sglang", "tgi", "llamacpp"]
     model: str = Field(description="served model name")
-    launcher: Literal["local", "endpoints"]
+    launcher: Literal["local", "endpoints", "kubernetes"]
     local: LocalSpec | None = None
     endpoints: EndpointsSpec | None = None
+    kubernetes: KubernetesSpec | None = None
     prometheus: str | None = Field(default=None, description="Prometheus that scrapes the target, if any")
     guardrails: GuardrailsSpec | None = Field(default=None, description="experiment guardrails for this target")
     cost: PriceSpec | None = Field(default=None, description="price per accelerator-hour (or host-hour): "
@@ -176,12 +232,17 @@ class Deployment(_Strict):
             raise ValueError("launcher local needs a local: section")
         if self.launcher == "endpoints" and not self.endpoints:
             raise ValueError("launcher endpoints needs an endpoints: section")
+        if self.launcher == "kubernetes" and not self.kubernetes:
+            raise ValueError("launcher kubernetes needs a kubernetes: section")
         return self
 
     @property
     def target_url(self) -> str:
         if self.local:
             return f"http://{self.local.host}:{self.local.port}"
+        if self.kubernetes:
+            k = self.kubernetes
+            return redact_url(k.url.rstrip("/")) if k.url else f"k8s://{k.namespace}/{k.workload}"
         # Shown and used to name the journal's folder: never with the URL's credentials.
         return redact_url(self.endpoints.baseline.rstrip("/"))
 
@@ -190,11 +251,16 @@ class Deployment(_Strict):
         """Where the baseline serves, credentials included: for requests, never for showing."""
         if self.local:
             return self.target_url
+        if self.kubernetes:
+            return (self.kubernetes.url or self.target_url).rstrip("/")
         return self.endpoints.baseline.rstrip("/")
 
     @property
     def key(self) -> str:
         """One lock and journal per target."""
+        if self.kubernetes:
+            k = self.kubernetes
+            return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"k8s_{k.context or ''}_{k.namespace}_{k.workload}")
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", self.target_url.split("://", 1)[-1])
 
 

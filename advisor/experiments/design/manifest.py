@@ -17,7 +17,10 @@ def experiment_manifest(d: Design, r: ExperimentResult) -> dict:
         "experiment": d.id,
         "deployment": {"name": d.deployment.name, "engine": d.deployment.engine, "model": d.deployment.model,
                        "launcher": d.deployment.launcher,
-                       "arms": d.deployment.local.arms if d.deployment.local else "endpoints"},
+                       "arms": d.deployment.local.arms if d.deployment.local else
+                       "fresh workloads" if d.deployment.kubernetes else "endpoints"},
+        # A Kubernetes experiment's cluster version, the arms' nodes, GPU models, image digests, argv.
+        "kubernetes": r.kubernetes or None,
         # From the arms themselves; the hardware is this host's only where the local launcher runs
         # both arms on it.
         "engine_version": (r.arms.get("baseline") or {}).get("version") or manifest.engine_version(url),

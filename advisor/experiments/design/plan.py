@@ -135,6 +135,10 @@ class Design:
         """Which process serves the baseline arm, and the rule that picks it at the start (the plan
         touches nothing, so the outside-traffic check it depends on runs when the experiment starts)."""
         local = self.deployment.local
+        if self.deployment.kubernetes is not None:
+            k = self.deployment.kubernetes
+            return (f"baseline arm: a fresh workload cloned from {k.workload} (namespace {k.namespace}), created "
+                    "with the candidate; the target is only read and serves its users untouched")
         if local is None:
             return "baseline arm: the endpoint given as the deployment's baseline, as found"
         found = f"the engine serving port {local.port}"

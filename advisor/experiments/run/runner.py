@@ -252,7 +252,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
         status="aborted" if aborted else "finished", judgement=judged, blocks=blocks, aborted=aborted,
         baseline_restored=restored, restore_note=note, fails_means=design.fails_means, server=server_rows, arms=arms,
         server_notes=[*launcher.notes, *engine_readouts.notes(blocks, server_rows, judged.verdict)],
-        models=design.models)
+        models=design.models, kubernetes=dict(getattr(launcher, "info", None) or {}))
     result._by_block = judgement.valid(by_block, blocks)
     if interrupted:
         raise KeyboardInterruptWithResult(result)

@@ -23,6 +23,7 @@ from advisor.experiments.design.plan import (
 from advisor.experiments.arms.engine_state import EngineState, observe
 from advisor.experiments.arms.journal import Journal
 from advisor.experiments.arms.endpoints import EndpointsLauncher
+from advisor.experiments.arms.kube import KubeLauncher, target_args, target_replicas
 from advisor.experiments.arms.local import LocalLauncher
 from advisor.workload.plan import plan, planned_count
 from advisor.workload.spec import Workload
@@ -151,7 +152,7 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
         # (the launcher's preflight refuses two arms that reveal different configurations): an A/A
         # run between the two environments that an A/B will compare says how far apart they are.
         value, cand_env, knob, models = None, {}, None, {}
-        base_args = list(dep.local.args) if dep.local else []
+        base_args = baseline_args(dep)
         cand_args = list(base_args)
     else:
         if mechanism not in knobs.KNOBS:
@@ -200,8 +201,13 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
                   direction=(direction or knob.candidate.default) if knob and value_text is None else None,
                   seed_pinned=seed is not None or (workload is not None and "seed" in workload.model_fields_set),
                   stopping=p.stopping, plan=p.describe(), aa=aa, models=models, baseline=baseline,
-                  replicas=({"baseline": dep.local.replicas, "candidate": int(value)}
-                            if knob and dep.local and knob.engine(dep.engine).kind == "deployment" else {}))
+                  replicas=({"baseline": _replica_count(dep), "candidate": int(value)}
+                            if knob and (dep.local or dep.kubernetes) and knob.engine(dep.engine).kind == "deployment"
+                            else {}))
+
+
+def _replica_count(dep: Deployment) -> int:
+    return dep.local.replicas if dep.local else target_replicas(dep.kubernetes)
 
 
 def _refuse_no_room_for_ranks(dep: Deployment, size: int, cand_args: list[str], state: EngineState | None) -> None:
@@ -224,13 +230,15 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
     """(value, baseline argv, candidate argv, candidate env, engine state, both arms' models): the one
     change, refused when the engine lacks it or when it is what the baseline already runs. A model
     file as the value of a knob that takes one (quantization) swaps the served model: model_swap.py."""
-    base_args = list(dep.local.args) if dep.local else []
+    base_args = baseline_args(dep)
     try:
         path = model_swap.candidate_path(mechanism, value_text)
         if path is not None:
             if dep.launcher != "local":
                 raise DesignError(f"{mechanism}: a model-file swap starts the candidate on {path}, which needs the "
-                                  "local launcher; with endpoints, serve the candidate model at the candidate URL")
+                                  "local launcher; with endpoints, serve the candidate model at the candidate URL; "
+                                  "on Kubernetes, the model path inside the image: give it as --value of a knob "
+                                  "that names a served path, or a second workload as endpoints")
             models = model_swap.layers(base_args, dep.engine, path)  # not a model: refused first
             cand_args = model_swap.swap(base_args, dep.local.command, dep.engine, path)
             return str(path), base_args, cand_args, {}, state, models
@@ -254,6 +262,7 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
                                              and knobs.current_value(base_args, mechanism, dep.engine) is None)):
         state = observe(dep)  # the engine's defaults decide what the baseline runs
     local = dep.launcher == "local"
+    argv_known = dep.launcher in ("local", "kubernetes")  # the cluster's own record of the container's args
     if local and state is not None and state.platform is None:
         # A diagnosis's state comes from the engine's metrics, which do not say which build it runs.
         from dataclasses import replace
@@ -262,17 +271,17 @@ def _candidate(dep: Deployment, mechanism: str, value_text: str | None, directio
 
         state = replace(state, platform=installed(dep)[1])
     if value is None:
-        value = default_value(mechanism, dep.engine, base_args, direction, state, argv_known=local)
+        value = default_value(mechanism, dep.engine, base_args, direction, state, argv_known=argv_known)
     else:
         value = knobs.validate(mechanism, value)
         state = state or EngineState()
         _refuse_same(mechanism, value, knobs.effective_value(base_args, mechanism, dep.engine, state.config,
-                                                             state.version, argv_known=local,
+                                                             state.version, argv_known=argv_known,
                                                              platform=state.platform))
     cand_args, cand_env = knobs.apply(base_args, mechanism, dep.engine, value)
     if mechanism == "data_parallel" and local:
         _refuse_no_room_for_ranks(dep, int(value), cand_args, state)
-    if dep.launcher == "local" and cand_args == base_args and not cand_env:
+    if argv_known and cand_args == base_args and not cand_env:
         raise DesignError(f"{mechanism}={value!r} is what the baseline already runs: nothing to compare")
     return value, base_args, cand_args, cand_env, state, {}
 
@@ -282,14 +291,18 @@ def _replicas(dep: Deployment, mechanism: str, value_text: str | None, direction
     """A deployment-level count: the same argv on every replica, N (the spec's local.replicas) vs
     the candidate's count. With endpoints the arms are whatever serves the two URLs."""
 
-    if dep.launcher != "local":
+    if dep.launcher == "kubernetes":
+        current = Current(target_replicas(dep.kubernetes), True,
+                          f"in the cluster ({dep.kubernetes.workload}'s spec.replicas)")
+    elif dep.launcher != "local":
         if value_text is None:
             raise DesignError(f"{mechanism}: with the endpoints launcher the candidate URL serves the candidate's "
                               "replicas, and their count cannot be read from it: give --value")
         return knobs.validate(mechanism, parse_value(value_text)), base_args, list(base_args), {}, state, {}
+    else:
+        current = Current(dep.local.replicas, True, "in the deployment spec (local.replicas)")
     if direction is not None and direction not in knobs.DIRECTIONS:
         raise DesignError(f"unknown direction {direction!r}; known: {', '.join(knobs.DIRECTIONS)}")
-    current = Current(dep.local.replicas, True, "in the deployment spec (local.replicas)")
     if value_text is None:
         try:
             value = knobs.default_candidate(mechanism, direction, current)
@@ -301,8 +314,24 @@ def _replicas(dep: Deployment, mechanism: str, value_text: str | None, direction
     return value, base_args, list(base_args), {}, state, {}
 
 
+def baseline_args(dep: Deployment) -> list[str]:
+    """The baseline's engine arguments: the spec's (local), the cluster's record of the target's
+    engine container (kubernetes), none known (endpoints)."""
+    if dep.local:
+        return list(dep.local.args)
+    if dep.kubernetes:
+        try:
+            return target_args(dep.kubernetes)
+        except AdvisorError as e:
+            raise DesignError(str(e)) from None
+    return []
+
+
 def launcher_for(d: Design, journal: Journal, log_dir: Path):
     if d.deployment.launcher == "endpoints":
         return EndpointsLauncher(d.deployment, d.mechanism, aa=d.aa)
+    if d.deployment.launcher == "kubernetes":
+        return KubeLauncher(d.deployment, d.baseline_args, d.candidate_args, journal, d.id,
+                            replicas=d.replicas or None)
     return LocalLauncher(d.deployment, d.candidate_args, d.candidate_env, journal, d.id, log_dir,
                          candidate_replicas=d.replicas.get("candidate"), baseline=d.baseline)
