@@ -296,3 +296,33 @@ def test_no_arm_pod_is_selected_by_a_service(cluster, tmp_path):
         labels = obj["spec"]["template"]["metadata"]["labels"]
         assert not all(labels.get(k) == v for k, v in service["spec"]["selector"].items()), labels
     lau.close()
+
+
+def test_diagnose_with_a_kubernetes_spec_proves_its_top_check_on_cloned_arms(cluster, tmp_path, isolated_store):
+    """`advisor diagnose --deployment k8s.yaml --experiment 1`: the diagnosis reads the target's
+    /metrics (a queue: two scrapes captured from the real engine, served in turn), its top check
+    becomes an experiment whose baseline args are read from the cluster, on two cloned arms."""
+    fixtures = ROOT / "tests" / "fixtures" / "vllm-0.32.0-cpu"
+    args = ("--port", "8000", "--delay", "0.0005", "--model-id", "tiny-llama", "--slots-from-max-num-seqs",
+            "--max-num-seqs", "2",
+            "--metrics", str(fixtures / "metrics-queueing-t0.txt"), "--metrics", str(fixtures / "metrics-queueing-t1.txt"))
+    before = seed(cluster, target(args=args), serving=True)
+    [pod] = wait_for(lambda: [p for p in cluster.objects("pods", NS) if p["status"].get("podIP")
+                              and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"])],
+                     what="the target's pod")
+    url = f"http://{pod['status']['podIP']}:8000"
+    spec = spec_file(cluster, tmp_path, url=url)
+    r = runner.invoke(app, ["diagnose", "--deployment", str(spec), "--url", url, "--window", "1s", "--experiment", "1",
+                            "--output", "json"])
+    assert r.exit_code in (0, 1), r.output
+    d = json.loads(r.stdout)
+    checks = sorted((c for f in d["findings"] for c in f["checks"]), key=lambda c: c["rank"])
+    tested = [c for c in checks if (c.get("verdict") or {}).get("experiment")]
+    assert tested and tested[0]["mechanism"] == "max_num_seqs", [(c["mechanism"], c.get("verdict")) for c in checks]
+    [x] = [e for e in d["experiments"] if e["id"] == tested[0]["verdict"]["experiment"]]
+    assert x["status"] == "finished" and x["manifest"]["deployment"]["launcher"] == "kubernetes", x.get("aborted")
+    base, cand = x["manifest"]["baseline_argv"], x["manifest"]["candidate_argv"]
+    assert base[base.index("--max-num-seqs") + 1] == "2" and int(cand[cand.index("--max-num-seqs") + 1]) > 2
+    assert x["verdict"] == "improved", (x["ratio"], x["ci"], x["looks"])  # the fake's slots queue as vLLM's do
+    assert not left_behind(cluster)
+    untouched(cluster, before)

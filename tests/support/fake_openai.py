@@ -41,7 +41,12 @@ def main(argv=None) -> None:
     p.add_argument("--metrics", action="append", default=[], help="file served at /metrics (repeat: served in turn, one per scrape)")
     p.add_argument("--version-body", default=None, help="raw body of GET /version")
     p.add_argument("--model-id", default="fake", help="the model id /v1/models lists")
+    p.add_argument("--slots-from-max-num-seqs", action="store_true",
+                   help="stream at most --max-num-seqs answers at once (vLLM's slots), the others queue for one")
     args, extra = p.parse_known_args(argv)
+    slots = None
+    if args.slots_from_max_num_seqs and "--max-num-seqs" in extra:
+        slots = threading.BoundedSemaphore(int(extra[extra.index("--max-num-seqs") + 1]))
     lock = threading.Lock()
     count = {"n": 0, "scrapes": 0}
     metrics = [open(f, encoding="utf-8").read() for f in args.metrics]
@@ -113,6 +118,12 @@ def main(argv=None) -> None:
                 return self._json(200, {"choices": [{"index": 0, "text": "x" * tokens,
                                                      "logprobs": {"tokens": ["x"] * tokens}}],
                                         "usage": {"completion_tokens": tokens}})
+            if slots is not None:
+                with slots:
+                    return self._stream(body, tokens, n)
+            return self._stream(body, tokens, n)
+
+        def _stream(self, body, tokens, n):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
