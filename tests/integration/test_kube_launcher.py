@@ -226,15 +226,18 @@ def test_a_pod_that_cannot_be_scheduled_after_the_preflight_is_quoted_and_both_a
 
 
 def test_the_advisor_killed_between_blocks_then_recover_deletes_exactly_its_arms(cluster, tmp_path, isolated_store):
-    before = seed(cluster, target(args=("--port", "8000", "--delay", "0.05", "--max-num-seqs", "2")), serving=True)
+    before = seed(cluster, target(args=("--port", "8000", "--delay", "0.005", "--max-num-seqs", "2")), serving=True)
     spec = spec_file(cluster, tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(spec),
-                             "--mechanism", "max_num_seqs", "--value", "8", "--blocks", "6", "--block-requests", "16",
-                             "--readout", "ttft_p50", "--fixed"], cwd=ROOT, env=os.environ.copy(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    said = tmp_path / "experiment.err"
+    with said.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(spec),
+                                 "--mechanism", "max_num_seqs", "--value", "8", "--blocks", "6", "--block-requests",
+                                 "8", "--concurrency", "4", "--readout", "ttft_p50", "--fixed"], cwd=ROOT,
+                                env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=err)
     data = Path(os.environ["ADVISOR_DATA_DIR"])
 
     def a_block_done():
+        assert proc.poll() is None, f"the experiment ended before its first block: {said.read_text()[-2000:]}"
         return any('"event": "block"' in p.read_text() for p in data.glob("experiments/*/journal.jsonl"))
 
     try:
