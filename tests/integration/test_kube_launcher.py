@@ -1,6 +1,6 @@
 """The Kubernetes launcher against the API stand-in (tests/support/kube_standin.py: a real HTTP API
 server with a scheduler and a kubelet that runs each pod's container as a local process at its own
-127.0.0.N address). The engine here is the fake OpenAI server, so each case takes seconds; the real
+127.X.Y.N address). The engine here is the fake OpenAI server, so each case takes seconds; the real
 CPU vLLM through the same path is tests/e2e/test_kubernetes_e2e.py.
 
 What every case checks besides its own point: the target is only read (the API's own audit has no
@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -138,6 +139,8 @@ def test_the_plan_prints_both_arms_differing_in_the_knob_only_and_creates_nothin
     assert "app" not in pod["metadata"]["labels"] and pod["metadata"]["labels"]["tier"] == "serving"
     assert pod["spec"]["containers"][0]["resources"] == before["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert not [a for a in cluster.audit if a.verb == "create"], "a plan creates nothing"
+    for d in docs:  # what kubectl apply --validate=strict would accept, by the API's own schema
+        kubernetes_validate.validate(d, "1.37", strict=True)
     untouched(cluster, before)
 
 

@@ -40,7 +40,7 @@ What it emulates
   nodes, requested resources vs `status.allocatable`; FailedScheduling events with the real
   `0/N nodes are available: ...` and `preemption: ...` message.
 - Kubelet: each container is a local process in its own session and process group, at its own pod
-  IP 127.0.0.N (on loopback), started with the argv its image maps to; env from value/valueFrom/
+  IP 127.X.Y.N (on loopback; X.Y drawn at random per stand-in), started with the argv its image maps to; env from value/valueFrom/
   envFrom and `$(VAR)` expansion; readiness/startup probes (httpGet, tcpSocket, exec); restarts with
   back-off and CrashLoopBackOff; ErrImagePull/ImagePullBackOff for images that map to nothing;
   OOMKilled by sampling the process tree's RSS against `limits.memory`; Events as a kubelet sends.
@@ -2495,6 +2495,7 @@ class KubeStandIn:
         self._workers: dict[str, _PodWorker] = {}
         self._finished: set[str] = set()  # uids whose worker ended
         self._ips: dict[str, str] = {}  # pod uid -> its IP
+        self._subnet = f"127.{secrets.randbelow(254) + 1}.{secrets.randbelow(256)}"
         self._procs: list[subprocess.Popen] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -2697,10 +2698,12 @@ class KubeStandIn:
         return str(values[path] or "")
 
     def _allocate_ip(self, uid: str) -> str:
+        # Each stand-in its own /24 of loopback, drawn at random: stand-ins in parallel test workers
+        # (or a test's own engines on 127.0.0.1) must not hand two pods one address and port.
         with self._lock:
             taken = set(self._ips.values())
-            for n in range(2, 254 * 254):
-                ip = f"127.0.{n // 254}.{n % 254 + 1}" if n >= 254 else f"127.0.0.{n}"
+            for n in range(2, 255):
+                ip = f"{self._subnet}.{n}"
                 if ip not in taken:
                     self._ips[uid] = ip
                     return ip

@@ -59,9 +59,9 @@ def differences(base: EngineState, cand: EngineState, mechanism: str | None) -> 
     return Differences(other, own, unconfirmed)
 
 
-def check(base: EngineState, cand: EngineState, mechanism: str, aa: bool = False) -> str | None:
+def check(base: EngineState, cand: EngineState, mechanism: str, aa: bool = False, what: str = "endpoints") -> str | None:
     """A note when the knob (or part of the configuration) cannot be confirmed; raises LaunchError
-    when the arms are unlike."""
+    when the arms are unlike. what: how the messages name the two arms."""
     if base.problem or cand.problem:
         arm, why = ("baseline", base.problem) if base.problem else ("candidate", cand.problem)
         return f"cannot compare the arms' configurations: the {arm} revealed nothing ({why})"
@@ -69,10 +69,10 @@ def check(base: EngineState, cand: EngineState, mechanism: str, aa: bool = False
     partly = (f"; {', '.join(unconfirmed)} revealed by one arm only, so not compared" if unconfirmed else "")
     if aa:
         if other:
-            raise LaunchError("an A/A run needs two identical arms; the endpoints differ in " + "; ".join(other))
+            raise LaunchError(f"an A/A run needs two identical arms; the {what} differ in " + "; ".join(other))
         return partly[2:] or None
     if other:
-        raise LaunchError(f"the endpoints differ in more than {mechanism}: " + "; ".join(other)
+        raise LaunchError(f"the {what} differ in more than {mechanism}: " + "; ".join(other)
                           + (f" (and {own})" if own else "") + ". A verdict would be on all of these at once")
     knob = knobs.KNOBS.get(mechanism)
     key = knob.config_key if knob else None
@@ -81,7 +81,7 @@ def check(base: EngineState, cand: EngineState, mechanism: str, aa: bool = False
         revealed = bool(base.models and cand.models)
     if revealed and own is None:
         shown = f"{key}={base.config[key]}" if key else f"models {', '.join(base.models)}"
-        raise LaunchError(f"both endpoints run {shown}: the candidate does not change {mechanism}, so there is "
+        raise LaunchError(f"both {what} run {shown}: the candidate does not change {mechanism}, so there is "
                           "nothing to test (an A/A run is advisor experiment --aa)")
     if not revealed:
         return (f"the engines do not reveal {mechanism}: that the candidate changes it, and only it, is taken on "

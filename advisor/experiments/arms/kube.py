@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 from advisor import escape
 from advisor.engine_process import healthy
-from advisor.experiments.arms import kube_clone, kube_failures, kube_room
+from advisor.experiments.arms import arm_check, kube_clone, kube_failures, kube_room
+from advisor.experiments.arms.engine_state import observe_url
 from advisor.experiments.arms.journal import Journal
 from advisor.experiments.arms.kube_api import Kube, KubeError
 from advisor.experiments.arms.processes import Resident
@@ -90,13 +91,14 @@ class KubeLauncher:
 
     def __init__(self, dep: Deployment, base_args: list[str], candidate_args: list[str], journal: Journal | None,
                  experiment: str, replicas: dict[str, int] | None = None, kube: Kube | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, mechanism: str | None = None):
         self.dep, self.spec = dep, dep.kubernetes
         self.args = {"baseline": list(base_args), "candidate": list(candidate_args)}
         # One pod per arm; the replicas knob's arms are the target's count and the candidate's.
         self.replicas = {"baseline": 1, "candidate": 1, **(replicas or {})}
-        self.journal, self.experiment = journal, experiment
+        self.journal, self.experiment, self.mechanism = journal, experiment, mechanism
         self._kube, self.clock = kube, clock
+        self.compared = False
         self.starts = 0
         self.notes: list[str] = []
         self.target: dict | None = None
@@ -201,7 +203,20 @@ class KubeLauncher:
             self.ready[arm] = self._wait_ready(arm)
             self.starts += len(self.ready[arm])
             self._describe(arm)
+        if len(self.ready) == 2 and not self.compared:
+            self._compare()
         return self.url(arm)
+
+    def _compare(self) -> None:
+        """Before the candidate's first block: what the two engines reveal about themselves differs
+        in the knob only (their version, models, configuration info), else the run is refused."""
+        self.compared = True
+        if self.mechanism is None:
+            return
+        base, cand = (observe_url(self.url(arm), self.dep.engine, self.dep.model) for arm in ARMS)
+        note = arm_check.check(base, cand, self.mechanism, aa=self.mechanism == "aa", what="arms")
+        if note:
+            self.notes.append(note)
 
     def _wait_ready(self, arm: str) -> list[dict]:
         deadline = self.clock() + self.spec.start_timeout_s

@@ -332,6 +332,6 @@ def launcher_for(d: Design, journal: Journal, log_dir: Path):
         return EndpointsLauncher(d.deployment, d.mechanism, aa=d.aa)
     if d.deployment.launcher == "kubernetes":
         return KubeLauncher(d.deployment, d.baseline_args, d.candidate_args, journal, d.id,
-                            replicas=d.replicas or None)
+                            replicas=d.replicas or None, mechanism=d.mechanism)
     return LocalLauncher(d.deployment, d.candidate_args, d.candidate_env, journal, d.id, log_dir,
                          candidate_replicas=d.replicas.get("candidate"), baseline=d.baseline)
