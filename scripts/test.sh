@@ -11,6 +11,6 @@ for arg in "$@"; do
 done
 run() { .venv/bin/python -m pytest "$@" || { local rc=$?; [ "$rc" -eq 5 ] && return 0; return "$rc"; }; }
 rc=0
-run tests/unit tests/integration -q -n 4 --durations=40 "$@" || rc=$?
+run tests/unit tests/integration -q -n 4 --dist loadgroup --durations=40 "$@" || rc=$?
 run tests/e2e -q --durations=40 "$@" || rc=$((rc ? rc : $?))
 exit "$rc"

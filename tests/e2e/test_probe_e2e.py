@@ -1,6 +1,7 @@
 """The probes against the real vLLM CPU engine with the tiny model, driven past --max-num-seqs 2."""
 
 import threading
+import time
 
 import pytest
 
@@ -57,3 +58,12 @@ def test_prometheus_and_engine_probes_agree(local_engine, local_prometheus, back
         assert total_prom == pytest.approx(total_direct, rel=0.20), name
     for name in ("ttft_p50", "ttft_p95", "tpot_p50", "e2e_p50"):
         assert via_prom.signals[name].value == pytest.approx(direct.signals[name].value, rel=0.15), name
+
+
+def test_scrapes_the_engine(local_engine, local_prometheus):
+    prom = local_prometheus([local_engine.target])
+    deadline = time.monotonic() + 30
+    while not (up := prom.query("up")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert [(s["metric"]["instance"], s["value"][1]) for s in up] == [(local_engine.target, "1")]
+    assert prom.query('vllm:num_requests_waiting{model_name="tiny-llama"}')

@@ -22,7 +22,8 @@ from probes.catalog import dialects
 from probes.exposition import parse
 from tests.scenarios import generate as gen
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+# One worker runs the module: its server (module-scoped) starts once, not once per worker.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.xdist_group("scenarios")]
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.yaml"))

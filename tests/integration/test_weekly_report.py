@@ -23,7 +23,8 @@ from advisor.web import create_app
 from tests.scenarios import generate as gen
 from tests.unit.test_store import make_diagnosis
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+# One worker runs the module: its server (module-scoped) starts once, not once per worker.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400), pytest.mark.xdist_group("weekly-prometheus")]
 
 SCENARIO = Path(__file__).parents[1] / "weekly" / "two-weeks.yaml"
 TOKEN = "t0ken"

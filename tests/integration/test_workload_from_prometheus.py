@@ -21,7 +21,8 @@ from advisor.localstack import backfill
 from advisor.workload.spec import WorkloadError
 from advisor.workload.telemetry import workload_from_prometheus
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+# One worker runs the module: its server (module-scoped) starts once, not once per worker.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.xdist_group("workload-prometheus")]
 
 LE = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000]  # vLLM's 1-2-5 buckets up to max_model_len 2048
 STEP = 15
