@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# All tests: unit and integration (a real Prometheus, PostgreSQL) four at a time, then e2e (the
+# All tests: unit and integration (a real Prometheus, PostgreSQL) four at a time, a module per worker
+# so each module-scoped server starts once, then e2e (the
 # real CPU vLLM, a real browser) one at a time, since they measure a CPU-bound engine. Options
 # (-x, -k EXPR ...) go to both runs; given test paths, just those run, one at a time. The exit
 # code is non-zero when either run failed (a run that -k leaves empty is not a failure).
@@ -11,6 +12,6 @@ for arg in "$@"; do
 done
 run() { .venv/bin/python -m pytest "$@" || { local rc=$?; [ "$rc" -eq 5 ] && return 0; return "$rc"; }; }
 rc=0
-run tests/unit tests/integration -q -n 4 --dist loadgroup --durations=40 "$@" || rc=$?
+run tests/unit tests/integration -q -n 4 --dist loadfile --durations=40 "$@" || rc=$?
 run tests/e2e -q --durations=40 "$@" || rc=$((rc ? rc : $?))
 exit "$rc"

@@ -22,8 +22,8 @@ from probes.catalog import dialects
 from probes.exposition import parse
 from tests.scenarios import generate as gen
 
-# One worker runs the module: its server (module-scoped) starts once, not once per worker.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.xdist_group("scenarios")]
+# One worker runs the whole module (scripts/test.sh: --dist loadfile), so its server starts once.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 FILES = sorted(SCENARIOS.glob("*.yaml"))

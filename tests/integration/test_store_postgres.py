@@ -29,8 +29,8 @@ from advisor.store.tables import Base, DiagnosisRow, FindingRow, LoadRunRow, Req
 from probes import EngineInfo, Signal, Snapshot
 from tests.unit.test_store_load_runs import STARTED, expected_frame, make_records, make_summary, make_workload
 
-# One worker runs the module: its server (module-scoped) starts once, not once per worker.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180), pytest.mark.xdist_group("postgres")]
+# One worker runs the whole module (scripts/test.sh: --dist loadfile), so its server starts once.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 SETUP_HINT = "PostgreSQL server binaries (initdb, pg_ctl) not found: run scripts/setup.sh"
 

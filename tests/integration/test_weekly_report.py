@@ -23,8 +23,8 @@ from advisor.web import create_app
 from tests.scenarios import generate as gen
 from tests.unit.test_store import make_diagnosis
 
-# One worker runs the module: its server (module-scoped) starts once, not once per worker.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(400), pytest.mark.xdist_group("weekly-prometheus")]
+# One worker runs the whole module (scripts/test.sh: --dist loadfile), so its server starts once.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 SCENARIO = Path(__file__).parents[1] / "weekly" / "two-weeks.yaml"
 TOKEN = "t0ken"

@@ -21,8 +21,8 @@ from advisor.localstack import backfill
 from advisor.workload.spec import WorkloadError
 from advisor.workload.telemetry import workload_from_prometheus
 
-# One worker runs the module: its server (module-scoped) starts once, not once per worker.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300), pytest.mark.xdist_group("workload-prometheus")]
+# One worker runs the whole module (scripts/test.sh: --dist loadfile), so its server starts once.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 LE = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000]  # vLLM's 1-2-5 buckets up to max_model_len 2048
 STEP = 15
