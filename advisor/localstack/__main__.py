@@ -123,7 +123,7 @@ def run_diagnosis(prom_url: str, window: int, deployment: Path | None, experimen
     except AdvisorError as e:
         log(f"error: {e}")
         return 2
-    render(outcome.diagnosis, Console(soft_wrap=False, width=None if sys.stdout.isatty() else 140))
+    render(outcome.diagnosis, Console(soft_wrap=False, width=None if sys.stdout.isatty() else 140), outcome.experiments)
     return 130 if interrupts.received() else 0
 
 

@@ -148,11 +148,17 @@ def test_an_experiment_runs_on_two_fresh_arms_no_service_selects_and_leaves_noth
                                                                                       isolated_store):
     before = seed(cluster, target(), serving=True)
     wait_for(lambda: [p for p in cluster.objects("pods", NS) if p["status"].get("podIP")], what="the target's pod")
+    cluster.pod_metrics = True  # a cluster with metrics-server: each arm's memory per block
     r = experiment(spec_file(cluster, tmp_path), "--blocks", "2", "--block-requests", "8", "--fixed",
                    "--output", "json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["status"] == "finished" and out["baseline_restored"], out.get("aborted")
+    # The engine container's working set, as PodMetrics gives it (the stand-in: its processes' RSS).
+    assert all(b["resident_bytes"] and b["resident_bytes"] > 10 * 2**20 for b in out["blocks"]), \
+        [(b["arm"], b["resident_bytes"]) for b in out["blocks"]]
+    assert any(r.path.startswith("/apis/metrics.k8s.io/v1beta1/namespaces/llm/pods/vllm-") for r in cluster.requests)
+    assert not any("memory per arm not read" in n for n in out["server_notes"]), out["server_notes"]
     k8s = out["manifest"]["kubernetes"]
     assert k8s["cluster_version"].startswith("v1.") and k8s["target"] == "deployment/vllm"
     for arm in ("baseline", "candidate"):
@@ -330,5 +336,9 @@ def test_diagnose_with_a_kubernetes_spec_proves_its_top_check_on_cloned_arms(clu
     base, cand = x["manifest"]["baseline_argv"], x["manifest"]["candidate_argv"]
     assert base[base.index("--max-num-seqs") + 1] == "2" and int(cand[cand.index("--max-num-seqs") + 1]) > 2
     assert x["verdict"] == "improved", (x["ratio"], x["ci"], x["looks"])  # the fake's slots queue as vLLM's do
+    # A cluster without metrics-server: no memory per arm, and the report says why rather than zero.
+    assert all(b["resident_bytes"] is None for b in x["blocks"])
+    assert any("memory per arm not read: the cluster serves no pod metrics" in n for n in x["server_notes"]), \
+        x["server_notes"]
     assert not left_behind(cluster)
     untouched(cluster, before)

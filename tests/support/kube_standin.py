@@ -2079,6 +2079,7 @@ def _route(path: str) -> _Route | None:
 
 
 _NO_SUCH = ApiFailure(404, "NotFound", "the server could not find the requested resource", {})
+_METRICS_POD = re.compile(r"^/apis/metrics\.k8s\.io/v1beta1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -2112,7 +2113,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             record.body = self._decode(raw)
-            code, body = self.standin.api.handle(method, url.path, query, record.body, self.headers, self)
+            metrics = _METRICS_POD.match(url.path) if method == "GET" else None
+            if metrics:
+                code, body = self.standin.pod_metrics_answer(metrics["ns"], metrics["name"])
+            else:
+                code, body = self.standin.api.handle(method, url.path, query, record.body, self.headers, self)
         except ApiFailure as e:
             code, body = e.code, e.status()
         except Exception:  # noqa: BLE001 - an answer, and a trace for the test to read
@@ -2475,13 +2480,14 @@ class KubeStandIn:
                  forbid: Iterable[tuple[str, str]] = (), host_flag: str | None = "--host",
                  log_dir: str | os.PathLike | None = None, *, user: str = DEFAULT_USER, token: str | None = None,
                  cwd: str | os.PathLike | None = None, namespaces: Sequence[str] = ("default",),
-                 tick_s: float = 0.2) -> None:
+                 tick_s: float = 0.2, pod_metrics: bool = False) -> None:
         self.images = {_normalize_image(k): list(v) for k, v in (images or {}).items()}
         self.forbid = {(str(v), str(r)) for v, r in forbid}
         self.host_flag = host_flag
         self.user, self.token = user, token or secrets.token_hex(16)
         self.cwd = None if cwd is None else str(cwd)
         self.tick_s = tick_s
+        self.pod_metrics = pod_metrics  # serve metrics.k8s.io PodMetrics, as a cluster with metrics-server does
         self._tmp = None if log_dir is not None else tempfile.TemporaryDirectory(prefix="kube-standin-")
         self.log_dir = Path(log_dir if log_dir is not None else self._tmp.name)  # type: ignore[union-attr]
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -2506,6 +2512,32 @@ class KubeStandIn:
             self.cluster.ensure_namespace(ns)
         for n in nodes if nodes is not None else [node("node-1")]:
             self.add(n)
+
+    def pod_metrics_answer(self, namespace: str, name: str) -> tuple[int, dict]:
+        """metrics-server's PodMetrics for a running pod: each container's working set, here the RSS
+        of its process tree (metrics-server reports the cgroup's working set, which also counts the
+        page cache the container touched), and its CPU. 404 when the cluster serves no metrics API
+        (the default: no metrics-server), as a real API server answers for an unregistered group."""
+        if not self.pod_metrics:
+            raise _NO_SUCH
+        pod = self.cluster.store.get(PODS, namespace, name)
+        worker = self._workers.get(_uid(pod)) if pod is not None else None
+        if worker is None:
+            raise ApiFailure(404, "NotFound", f'podmetrics.metrics.k8s.io "{name}" not found',
+                             {"name": name, "group": "metrics.k8s.io", "kind": "pods"})
+        containers = []
+        for c in worker.containers:
+            rss = 0
+            if c.proc is not None and c.proc.poll() is None:
+                try:
+                    top = psutil.Process(c.proc.pid)
+                    rss = sum(p.memory_info().rss for p in [top, *top.children(recursive=True)])
+                except psutil.Error:
+                    pass
+            containers.append({"name": c.name, "usage": {"cpu": "0", "memory": f"{rss // 1024}Ki"}})
+        return 200, {"kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
+                     "metadata": {"name": name, "namespace": namespace}, "timestamp": _now(), "window": "10s",
+                     "containers": containers}
 
     # -- lifecycle -----------------------------------------------------------------------------
 

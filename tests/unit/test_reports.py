@@ -179,3 +179,21 @@ def test_each_experiment_shows_client_and_server_readouts_per_arm_in_text_and_ma
     assert "| ttft p95 | 20.9 s | 12.9 s | 0.70 |" in md, md
     assert "| `requests_running_avg` \\* | 2 | 7.9 | x3.95 |" in md
     assert "> outside traffic on the baseline: 12 requests the advisor did not send" in md
+
+
+def test_the_local_demo_prints_the_experiment_it_just_ran(monkeypatch, capsys, tmp_path):
+    """`scripts/run-local.sh` prints the diagnosis as `advisor diagnose` does: the top check's verdict
+    with its ratio and interval from the result just run, never "its result is not at hand"."""
+    import advisor.localstack.__main__ as demo
+    from advisor.app.diagnose import DiagnoseOutcome
+
+    r = experiment()
+    d = diagnosis(r)
+    monkeypatch.setattr(demo, "diagnose", lambda request, say: DiagnoseOutcome(
+        diagnosis=d, snapshot=snapshot_for(CASE), deployment=None, experiments=(r,)))
+    spec = tmp_path / "dep.yaml"
+    spec.write_text("name: local\n")
+    assert demo.run_diagnosis("http://127.0.0.1:9", 60, spec) == 0
+    out = capsys.readouterr().out
+    assert "not at hand" not in out, out
+    assert "IMPROVED" in out and "ratio 0.50" in out, out

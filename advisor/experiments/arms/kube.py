@@ -99,6 +99,7 @@ class KubeLauncher:
         self.journal, self.experiment, self.mechanism = journal, experiment, mechanism
         self._kube, self.clock = kube, clock
         self.compared = False
+        self._memory_note: str | None = None
         self.starts = 0
         self.notes: list[str] = []
         self.target: dict | None = None
@@ -320,7 +321,19 @@ class KubeLauncher:
         return note
 
     def resident_bytes(self, arm: str, files: tuple[str, ...] = ()) -> Resident:
-        return Resident()  # the pods' memory is the cluster's to report (metrics-server), not read here
+        """The arm's engine containers' working set, summed over its pods, from the cluster's metrics
+        API (metrics-server samples it every 15 s or so: a block's reading may be a sample old).
+        Unknown, with one note saying why, where the cluster does not serve it."""
+        total = 0
+        for pod in self.ready.get(arm, []):
+            used, why = self.kube.pod_memory(pod["metadata"]["name"], self.spec.container)
+            if used is None:
+                if not self._memory_note:
+                    self._memory_note = f"memory per arm not read: {why}"
+                    self.notes.append(self._memory_note)
+                return Resident()
+            total += used
+        return Resident(rss=total) if self.ready.get(arm) else Resident()
 
     def close(self) -> None:
         if self._kube is not None:

@@ -24,6 +24,7 @@ from lightkube.types import CascadeType
 
 from advisor import escape
 from advisor.errors import AdvisorError
+from advisor.experiments.arms.kube_room import quantity
 
 # kind (lower case, as in `deployment/NAME`) -> lightkube resource
 RESOURCES = {"deployment": Deployment, "statefulset": StatefulSet, "pod": Pod, "node": Node, "service": Service,
@@ -88,6 +89,31 @@ class Kube:
         except (httpx.HTTPError, ValueError, AttributeError) as e:
             raise KubeError(f"cannot read the Kubernetes version at {self.server}: "
                             f"{escape.one_line(str(e) or type(e).__name__, 200)}") from None
+
+    def pod_memory(self, pod: str, container: str, namespace: str | None = None) -> tuple[int | None, str | None]:
+        """A container's working set in bytes from the metrics API (metrics-server's PodMetrics, what
+        `kubectl top pod` shows), or None and why not. lightkube has no model for that group: its
+        httpx client is asked directly, as for /version. Never raises: memory is a readout, not a
+        precondition of the experiment."""
+        ns = namespace or self.namespace
+        path = f"/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods/{pod}"
+        try:
+            r = self._client._client._client.get(path)
+        except (httpx.HTTPError, AttributeError) as e:
+            return None, f"cannot reach the metrics API: {escape.one_line(str(e) or type(e).__name__, 120)}"
+        if r.status_code == 404:
+            return None, "the cluster serves no pod metrics (metrics.k8s.io: install metrics-server to read them)"
+        if r.status_code == 403:
+            return None, "the advisor may not read pod metrics (metrics.k8s.io pods: get, deploy/kubernetes/advisor-rbac.yaml)"
+        if r.status_code != 200:
+            return None, f"the metrics API answered {r.status_code}"
+        try:
+            for c in r.json().get("containers") or []:
+                if c.get("name") == container:
+                    return int(quantity((c.get("usage") or {}).get("memory"))), None
+        except (ValueError, TypeError, AttributeError, ArithmeticError):
+            return None, "the metrics API's answer for the pod is not PodMetrics"
+        return None, f"the metrics API has no container {container} in pod {pod}"
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
         res = RESOURCES[kind]
