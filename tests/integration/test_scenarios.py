@@ -13,14 +13,20 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pytest
+import subprocess
+from dataclasses import dataclass
 
+import pytest
+import yaml
+
+from advisor.app.rules_export import ExportRequest, export
 from advisor.diagnosis import SLO, diagnose, load_rules, per_replica_signals
 from advisor.localstack import LocalPrometheus, backfill
 from probes import _delta, probe_prometheus
 from probes.catalog import dialects
 from probes.exposition import parse
 from tests.scenarios import generate as gen
+from tests.support.promtool_rules import firing
 
 # One worker runs the whole module (scripts/test.sh: --dist loadfile), so its server starts once.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -95,17 +101,53 @@ def _judge(diag, expect: dict, absent: list[str], where: str) -> None:
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_scenario(path, served):
-    scn, _, prom = served(path)
+def test_scenario(path, served, tmp_path):
+    scn, families, prom = served(path)
     rules = load_rules()
     evals = [{"at": 0, "expect": scn.raw.get("expect") or {}, "absent": scn.raw.get("absent") or []},
              *(scn.raw.get("evals") or [])]
     assert evals[0]["expect"] or evals[0]["absent"], f"{path.name} has no expect or absent block"
+    exported = _exported_rules(scn, tmp_path)
     for ev in evals:
         at = scn.end + gen.seconds(ev.get("at", 0))
         snap = probe_prometheus(prom.url, window_s=scn.window, at=_at(at))
         diag = diagnose(snap, rules, SLO(**(scn.raw.get("slo") or {})))
-        _judge(diag, ev.get("expect") or {}, ev.get("absent") or [], f"{path.name} at end{ev.get('at') or ''}")
+        where = f"{path.name} at end{ev.get('at') or ''}"
+        _judge(diag, ev.get("expect") or {}, ev.get("absent") or [], where)
+        # The exported alerting rules, run by promtool over the same samples, fire exactly where
+        # this diagnosis found the rule (breach or warning), for every level the export holds.
+        alerts = {f.rule_id + ("Warning" if f.severity == "warning" else "") for f in diag.findings}
+        expected = alerts & exported.alerts
+        r = firing(exported.path, families, scn.timestamps, at, scn.window, scn.interval, expected, tmp_path)
+        assert r.returncode == 0, f"{where}: the alerts that fire differ from the diagnosis' " \
+                                  f"{sorted(expected)}\n{r.stdout[-3000:]}{r.stderr[-2000:]}\n{_summary(diag)}"
+
+
+@dataclass
+class Exported:
+    path: Path
+    alerts: set[str]  # the alert names the file holds (a level PromQL cannot express is left out)
+
+
+def _exported_rules(scn, tmp_path: Path) -> Exported:
+    """`advisor rules export` for the scenario's SLOs and window, every alert without a for: delay
+    (the diagnosis is of one instant), checked by promtool."""
+    path = tmp_path / "rules.yaml"
+    text = export(ExportRequest(slo=_slo_file(scn, tmp_path), dialect="vllm", window_s=scn.window,
+                                breach_for_s=0, warning_for_s=0))
+    path.write_text(text)
+    check = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    doc = yaml.safe_load(text)
+    return Exported(path, {r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r})
+
+
+def _slo_file(scn, tmp_path: Path) -> Path | None:
+    if not scn.raw.get("slo"):
+        return None
+    path = tmp_path / "slo.yaml"
+    path.write_text(yaml.safe_dump(scn.raw["slo"]))
+    return path
 
 
 def test_bucket_table_is_vllms_own():

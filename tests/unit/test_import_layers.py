@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("load", {"loadgen"}),
     ("store", {"store"}),
     ("experiments", {"experiments"}),
-    ("reports", {"reports"}),
+    ("reports", {"reports", "alerting"}),
     ("services", {"app"}),
     ("schedule", {"schedule"}),
     ("web", {"web"}),
