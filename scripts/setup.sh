@@ -12,13 +12,14 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # With pipefail the pipeline still fails when pip does.
 quiet_pip() { "$@" 2>&1 | { grep -v '^WARNING: Location .* is ignored' || true; }; }
 
-if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
-  log "installing Debian's prometheus (~20 s)"
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null \
+    || ! command -v prometheus-alertmanager >/dev/null || ! command -v amtool >/dev/null; then
+  log "installing Debian's prometheus and prometheus-alertmanager (~30 s)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null
 else
-  log "prometheus ok: $(command -v prometheus)"
+  log "prometheus ok: $(command -v prometheus); alertmanager ok: $(command -v prometheus-alertmanager)"
 fi
 
 stamp=.venv/.pyproject.sha256

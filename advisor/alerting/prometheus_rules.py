@@ -185,7 +185,9 @@ def _template_safe(text: str) -> str:
 
 
 def groups(compiled: list[DialectRules], *, breach_for_s: float, warning_for_s: float,
-           dashboard_url: str | None) -> list[dict]:
+           dashboard_url: str | None, labels: dict[str, str] | None = None) -> list[dict]:
+    """labels: added to every alert (deployment=NAME: the advisor.yaml deployment Alertmanager's
+    webhook into `advisor serve` diagnoses)."""
     out = []
     for d in compiled:
         rules: list[dict] = [{"record": k, "expr": v} for k, v in d.records.items()]
@@ -204,7 +206,8 @@ def groups(compiled: list[DialectRules], *, breach_for_s: float, warning_for_s: 
             rules.append({"alert": f"{r.id}{'Warning' if lv.level == 'warning' else ''}",
                           "expr": lv.expr,
                           "for": _duration(warning_for_s if lv.level == "warning" else breach_for_s),
-                          "labels": {"severity": "warning" if lv.level == "warning" else "critical",
+                          "labels": {**(labels or {}),
+                                     "severity": "warning" if lv.level == "warning" else "critical",
                                      "rule": r.id, "layer": r.layer, "dialect": d.dialect,
                                      "advisor_level": lv.level},
                           "annotations": ann})

@@ -3,7 +3,8 @@ compiled per dialect (advisor.alerting.prometheus_rules), written as YAML."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -34,6 +35,7 @@ class ExportRequest:
     model: str | None = None
     name: str = "llm-advisor"  # the PrometheusRule object's name
     namespace: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # added to every alert: deployment=NAME
 
 
 def export(req: ExportRequest) -> str:
@@ -41,6 +43,9 @@ def export(req: ExportRequest) -> str:
         raise ExportProblem(f"unknown format {req.format!r}: one of {', '.join(FORMATS)}")
     if not req.window_s > 0 or req.breach_for_s < 0 or req.warning_for_s < 0:
         raise ExportProblem("the window must be positive and the for: durations not negative")
+    for k in req.labels:
+        if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", k) or k.startswith("__"):
+            raise ExportProblem(f"not a Prometheus label name: {k!r}")
     settings = get_settings()
     slo = load_slo(req.slo or settings.slo_file).model_dump()
     overrides_file = req.rules_config or settings.rules_config
@@ -53,7 +58,7 @@ def export(req: ExportRequest) -> str:
         raise ExportProblem(f"unknown dialect {req.dialect!r}: one of auto, {', '.join(known)}") from None
     compiled = [pr.compile_dialect(d, catalog.get(GPU_DIALECT), rules, slo, req.window_s, req.model) for d in wanted]
     groups = pr.groups(compiled, breach_for_s=req.breach_for_s, warning_for_s=req.warning_for_s,
-                       dashboard_url=req.dashboard_url)
+                       dashboard_url=req.dashboard_url, labels=req.labels)
     doc: dict = {"groups": groups}
     if req.format == "prometheus-operator":
         meta = {"name": req.name, "labels": {"app.kubernetes.io/name": "llm-advisor"}}

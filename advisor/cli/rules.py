@@ -58,6 +58,7 @@ def rules_export(
     warning_for: Annotated[str, typer.Option("--warning-for", help="How long a warning level (near the SLO, the mechanism dominating) must hold.")] = "15m",
     dashboard_url: Annotated[Optional[str], typer.Option("--dashboard-url", help="The advisor dashboard's URL: each alert links to its rule's page there (runbook_url).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Only series of this served model (the dialect's model label).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", help="NAME=VALUE added to every alert, e.g. deployment=vllm-llama: the advisor.yaml deployment that Alertmanager's webhook into advisor serve diagnoses. Repeatable.")] = None,
     namespace: Annotated[Optional[str], typer.Option("--namespace", help="The PrometheusRule object's namespace (prometheus-operator format).")] = None,
     out_file: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the rule file here instead of stdout.")] = None,
 ) -> None:
@@ -68,8 +69,14 @@ def rules_export(
     from advisor.errors import AdvisorError
     from advisor.units import parse_duration
 
+    labels = {}
+    for item in label or []:
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise fail(f"--label {item!r}: expected NAME=VALUE")
+        labels[k.strip()] = v
     try:
-        req = ExportRequest(format=format_, slo=slo, rules_config=rules_config, dialect=dialect,
+        req = ExportRequest(format=format_, labels=labels, slo=slo, rules_config=rules_config, dialect=dialect,
                             window_s=parse_duration(window), breach_for_s=parse_duration(for_, allow_zero=True),
                             warning_for_s=parse_duration(warning_for, allow_zero=True), dashboard_url=dashboard_url,
                             model=model, namespace=namespace)

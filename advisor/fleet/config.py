@@ -131,9 +131,29 @@ class WeeklyReport(InputModel):
         return v if v is None else url_port(v)
 
 
+class AlertmanagerIn(InputModel):
+    """How `advisor serve` answers Alertmanager's webhook (POST /api/alertmanager)."""
+    deployment_label: str = Field(default="deployment", description="the alert label whose value names a "
+                                  "deployment of this file (set it in the alerting rule or Prometheus' "
+                                  "external_labels)")
+    min_interval: str = Field(default="10m", description="at most one alert-started diagnosis per deployment "
+                              "this often; later notifications are counted and dropped")
+
+    @field_validator("min_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        _duration(v)
+        return v
+
+    @property
+    def min_interval_s(self) -> float:
+        return parse_duration(self.min_interval)
+
+
 class FleetConfig(InputModel):
     deployments: list[WatchedDeployment] = Field(min_length=1)
     weekly_report: WeeklyReport | None = None
+    alertmanager: AlertmanagerIn = Field(default_factory=AlertmanagerIn)
 
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:

@@ -22,7 +22,7 @@ from advisor.web.middleware import DEFAULT_MAX_BODY_BYTES, BodyLimit, SecurityHe
 from advisor.web.responses import SafeJSON
 from advisor.settings import get_settings
 from advisor.store import open_store
-from advisor.web import api, pages
+from advisor.web import alerts, api, pages
 
 log = logging.getLogger("advisor.web")
 
@@ -82,6 +82,7 @@ def create_app(config: FleetConfig, *, store_url: str, token: str | None, host: 
     app.state.context = Context(config=config, store=store, store_url=store_url, token=token, loopback=loopback,
                                 runs=runs)
     app.include_router(api.router)
+    app.include_router(alerts.router)
     app.include_router(pages.router)
     if loopback:
         # DNS rebinding: a page on another site whose name resolves to 127.0.0.1 reaches us with its

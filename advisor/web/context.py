@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
 
+from advisor.app.alerts_in import AlertIntake
 from advisor.app.watched import ExperimentRuns
 from advisor.ranges import STORE_ID_MAX
 from advisor.fleet.config import FleetConfig, WatchedDeployment
@@ -21,6 +22,7 @@ class Context:
     token: str | None
     loopback: bool
     runs: ExperimentRuns
+    alerts: AlertIntake = field(default_factory=AlertIntake)
 
 
 def get_context(request: Request) -> Context:

@@ -32,6 +32,9 @@ def serve(config: Path | None, *, host: str = "127.0.0.1", port: int = 8080, sch
     web = create_app(cfg, store_url=settings.database_url, token=token, host=host, scheduler=scheduler,
                      max_body_bytes=settings.max_body_bytes)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # What became of each Alertmanager notification (started, dropped within the interval, not a
+    # deployment here) is the server's record of it, whatever ADVISOR_LOG_LEVEL quiets otherwise.
+    logging.getLogger("advisor.alertmanager").setLevel(logging.INFO)
     n = len(cfg.deployments)
     say(f"advisor serve on http://{host}:{port}/ watching {n} deployment{'s' if n != 1 else ''}; actions "
         + ("enabled (token set)" if token else "disabled (set ADVISOR_API_TOKEN)"))

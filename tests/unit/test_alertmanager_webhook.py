@@ -1,0 +1,105 @@
+"""POST /api/alertmanager: Alertmanager's webhook into `advisor serve`. The diagnosis it starts is
+the diagnose service's (here recorded, not run: tests/integration/test_alertmanager.py runs it
+from a real Alertmanager against a real Prometheus)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from fastapi.testclient import TestClient
+
+from advisor.app.alerts_in import AlertIntake, AmNotification
+from advisor.web import alerts, create_app
+from tests.unit.test_web import AUTH, TOKEN, config
+
+
+def note(*alerts_: dict, group: str = '{}:{alertname="ADV001"}') -> dict:
+    return {"version": "4", "groupKey": group, "status": "firing", "receiver": "advisor",
+            "externalURL": "http://alertmanager:9093", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
+            "truncatedAlerts": 0,
+            "alerts": [{"status": "firing", "labels": {"alertname": "ADV001", **a}, "annotations": {},
+                        "startsAt": "2026-12-05T12:00:00Z", "endsAt": "0001-01-01T00:00:00Z",
+                        "generatorURL": "http://prometheus:9090/graph", "fingerprint": "f1"} for a in alerts_]}
+
+
+@pytest.fixture
+def started(monkeypatch):
+    calls: list[str] = []
+    done = threading.Event()
+
+    def fake(ctx, name, group):
+        calls.append(name)
+        done.set()
+    monkeypatch.setattr(alerts, "_diagnose", fake)
+    return calls, done
+
+
+def client(tmp_path) -> TestClient:
+    app = create_app(config(tmp_path), store_url=f"sqlite:///{tmp_path / 'a.db'}", token=TOKEN,
+                     log_dir=tmp_path / "logs")
+    return TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1")
+
+
+def test_a_firing_alert_for_a_watched_deployment_starts_one_diagnosis(tmp_path, started):
+    calls, done = started
+    with client(tmp_path) as c:
+        r = c.post("/api/alertmanager", json=note({"deployment": "local"}), headers=AUTH)
+        assert r.status_code == 202 and r.json()["started"] == ["local"], r.text
+        assert done.wait(10) and calls == ["local"]
+
+
+def test_without_the_token_it_is_401_and_nothing_starts(tmp_path, started):
+    with client(tmp_path) as c:
+        r = c.post("/api/alertmanager", json=note({"deployment": "local"}))
+    assert r.status_code == 401 and started[0] == []
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"alerts": "x"}', b'{"version": "4", "groupKey": "g", "status": "x", '
+                                  b'"alerts": []}', b"[]"])
+def test_a_body_that_is_not_alertmanager_s_is_400_in_one_line(tmp_path, started, body):
+    with client(tmp_path) as c:
+        r = c.post("/api/alertmanager", content=body, headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "not an Alertmanager webhook notification" in r.json()["detail"] and "\n" not in r.json()["detail"]
+    assert started[0] == []
+
+
+def test_an_unknown_deployment_is_202_with_the_reason(tmp_path, started):
+    with client(tmp_path) as c:
+        r = c.post("/api/alertmanager", json=note({"deployment": "nope"}, {"job": "x"}), headers=AUTH)
+    assert r.status_code == 202
+    unknown = r.json()["unknown"]
+    assert unknown[0] == {"deployment": "nope", "why": "advisor.yaml names no deployment 'nope'"}
+    assert unknown[1]["why"] == "the alert 'ADV001' has no 'deployment' label"
+    assert started[0] == []
+
+
+def test_a_flood_of_notifications_is_one_diagnosis_per_deployment_per_interval(tmp_path, started, caplog):
+    calls, _ = started
+    with client(tmp_path) as c, caplog.at_level("INFO", logger="advisor.alertmanager"):
+        codes = {c.post("/api/alertmanager", json=note({"deployment": "local"}), headers=AUTH).status_code
+                 for _ in range(1000)}
+        last = c.post("/api/alertmanager", json=note({"deployment": "local"}), headers=AUTH).json()
+    assert codes == {202}
+    assert calls == ["local"], len(calls)
+    assert last["dropped_total"] == 1000 and "at most one per 600 s" in last["dropped"][0]["why"]
+    assert sum("alertmanager: dropped" in rec.message for rec in caplog.records) == 1000
+
+
+def test_the_interval_passes_and_the_next_alert_diagnoses_again(tmp_path):
+    now = [0.0]
+    intake = AlertIntake(clock=lambda: now[0])
+    cfg = config(tmp_path)
+    n = AmNotification.model_validate(note({"deployment": "local"}))
+    assert intake.receive(n, cfg).started == ["local"]
+    now[0] = 599
+    assert intake.receive(n, cfg).started == []
+    now[0] = 601
+    assert intake.receive(n, cfg).started == ["local"]
+    resolved = AmNotification.model_validate({**note({"deployment": "local"}), "status": "resolved",
+                                              "alerts": [{**note({"deployment": "local"})["alerts"][0],
+                                                          "status": "resolved"}]})
+    now[0] = 2000
+    got = intake.receive(resolved, cfg)
+    assert got.started == [] and got.resolved == 1
