@@ -16,11 +16,15 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+import httpx
+
 from advisor.errors import AdvisorError
 from advisor.fleet.config import FleetConfig
 from advisor.fleet.cron import parse_cron
 from advisor.units import parse_duration
-from advisor.app.diagnose import diagnose, watched_request
+from probes.http import origin
+from advisor.app.alerts_out import AlertsOut
+from advisor.app.diagnose import diagnose_watched
 
 log = logging.getLogger("advisor.schedule")
 TICK_S = 5.0
@@ -52,8 +56,11 @@ def last_fire(cron_text: str, now: datetime) -> datetime | None:
 
 
 class Scheduler:
-    def __init__(self, config: FleetConfig, store_url: str, owner: str | None = None, tick_s: float = TICK_S):
+    def __init__(self, config: FleetConfig, store_url: str, owner: str | None = None, tick_s: float = TICK_S,
+                 alerts_out: AlertsOut | None = None):
         self.config = config
+        self.alerts_out = alerts_out if alerts_out is not None else (AlertsOut(config) if config.alertmanager.url
+                                                                      else None)
         self.store_url = store_url
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.tick_s = tick_s
@@ -124,7 +131,7 @@ class Scheduler:
         return [Outcome(job, slot, ok, detail)]
 
     def _diagnose(self, w) -> str:
-        saved = diagnose(watched_request(w), store=self.store)
+        saved = diagnose_watched(w, self.store, self.alerts_out)
         return f"diagnosis {saved.saved_id}: " + saved.diagnosis.summary
 
     def _weekly(self, fire: datetime) -> str:
@@ -149,10 +156,6 @@ class Scheduler:
 
 def post_webhook(url: str, markdown: str) -> None:
     """Slack-compatible: {"text": ...}. Anything but a 2xx is a failure of the job."""
-    import httpx
-
-    from probes.http import origin
-
     where = origin(url)  # a Slack webhook's path is its secret
     text = markdown if len(markdown) <= WEBHOOK_CHARS else markdown[:WEBHOOK_CHARS] + "\n... (the whole report is in out_dir)"
     try:

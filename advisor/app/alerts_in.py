@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.fleet.config import FleetConfig
 
 log = logging.getLogger("advisor.alertmanager")
+OWN_SOURCE = "llm-advisor"  # the `source` label of the findings advisor.app.alerts_out posts
 
 
 class AmAlert(BaseModel):
@@ -52,6 +53,7 @@ class Intake:
     dropped: list[tuple[str, str]] = field(default_factory=list)
     unknown: list[tuple[str | None, str]] = field(default_factory=list)
     resolved: int = 0
+    own: int = 0  # the advisor's own findings, routed back: never a reason to diagnose again
 
 
 class AlertIntake:
@@ -69,6 +71,9 @@ class AlertIntake:
         for a in note.alerts:
             if a.status != "firing":
                 out.resolved += 1
+                continue
+            if a.labels.get("source") == OWN_SOURCE:
+                out.own += 1
                 continue
             name = a.labels.get(label)
             if name is None:

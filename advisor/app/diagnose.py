@@ -17,6 +17,7 @@ from advisor.errors import AdvisorError
 from advisor.settings import get_settings
 
 if TYPE_CHECKING:
+    from advisor.app.alerts_out import AlertsOut
     from advisor.diagnosis.model import Diagnosis
     from advisor.experiments.design.deployment import Deployment
     from advisor.experiments.result import ExperimentResult
@@ -177,3 +178,13 @@ def watched_request(watched: WatchedDeployment) -> DiagnoseRequest:
         slo=watched.slo, rules_config=watched.rules_config, deployment=watched.deployment,
         deployment_optional=True, prices=((watched.cost, f"advisor.yaml ({watched.name})"),),
         stored_as=watched.name)
+
+
+def diagnose_watched(watched: WatchedDeployment, store: Store, alerts_out: AlertsOut | None = None) -> DiagnoseOutcome:
+    """A watched deployment diagnosed and saved, as every front door of `advisor serve` does it (the
+    dashboard's button, an Alertmanager notification, the schedule); its findings posted to
+    Alertmanager where advisor.yaml names one."""
+    saved = diagnose(watched_request(watched), store=store)
+    if alerts_out is not None:
+        alerts_out.post(watched, saved.diagnosis, saved.saved_id)
+    return saved

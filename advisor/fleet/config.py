@@ -132,7 +132,8 @@ class WeeklyReport(InputModel):
 
 
 class AlertmanagerIn(InputModel):
-    """How `advisor serve` answers Alertmanager's webhook (POST /api/alertmanager)."""
+    """Alertmanager in (`advisor serve` answers its webhook, POST /api/alertmanager) and out
+    (findings posted to its API, where `url` is set)."""
     deployment_label: str = Field(default="deployment", description="the alert label whose value names a "
                                   "deployment of this file (set it in the alerting rule or Prometheus' "
                                   "external_labels)")
@@ -145,9 +146,33 @@ class AlertmanagerIn(InputModel):
         _duration(v)
         return v
 
+    url: str | None = Field(default=None, description="Alertmanager to post findings to (/api/v2/alerts); "
+                            "user:password@ in it is sent as basic auth to it only")
+    dashboard_url: str | None = Field(default=None, description="this advisor's dashboard as Alertmanager's "
+                                      "receivers reach it: each posted finding links to its diagnosis there")
+    ttl: str = Field(default="1h", description="how long a posted finding stays firing unless a later "
+                     "diagnosis finds it again (a healthy one ends it at once)")
+
+    @field_validator("ttl")
+    @classmethod
+    def _ttl(cls, v: str) -> str:
+        _duration(v)
+        return v
+
+    @field_validator("url", "dashboard_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"https?://[^/\s]+", v):
+            raise ValueError("expected an http:// or https:// URL")
+        return v
+
     @property
     def min_interval_s(self) -> float:
         return parse_duration(self.min_interval)
+
+    @property
+    def ttl_s(self) -> float:
+        return parse_duration(self.ttl)
 
 
 class FleetConfig(InputModel):

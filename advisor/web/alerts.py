@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from advisor import escape
 from advisor.app.alerts_in import AmNotification
-from advisor.app.diagnose import diagnose, watched_request
+from advisor.app.diagnose import diagnose_watched
 from advisor.web.context import Ctx
 from advisor.web.responses import SafeJSON
 from advisor.web.security import Actor
@@ -24,7 +24,7 @@ log = logging.getLogger("advisor.alertmanager")
 def _diagnose(ctx, name: str, group: str) -> None:
     w = ctx.config.get(name)
     try:
-        saved = diagnose(watched_request(w), store=ctx.store)
+        saved = diagnose_watched(w, ctx.store, ctx.alerts_out)
         log.info("alertmanager: diagnosis %s of %s (group %s): %s", saved.saved_id, name, group[:200],
                  saved.diagnosis.summary)
     except Exception as e:  # noqa: BLE001 - a thread's failure goes to the log, the next alert tries again
@@ -47,5 +47,5 @@ async def alertmanager(request: Request, ctx: Ctx, _: Actor) -> dict:
         threading.Thread(target=_diagnose, args=(ctx, name, note.groupKey), name=f"alert-diagnosis-{name}",
                          daemon=True).start()
     return {"started": intake.started, "dropped": [{"deployment": d, "why": w} for d, w in intake.dropped],
-            "unknown": [{"deployment": d, "why": w} for d, w in intake.unknown], "resolved": intake.resolved,
+            "unknown": [{"deployment": d, "why": w} for d, w in intake.unknown], "resolved": intake.resolved, "own": intake.own,
             "dropped_total": ctx.alerts.dropped_total}

@@ -17,7 +17,7 @@ from advisor.store import StoreError
 from advisor.web.context import MAX_ID, Ctx, StoreId, Watched
 from advisor.web.responses import SafeJSON
 from advisor.web.security import Actor, Reader
-from advisor.app.diagnose import diagnose, watched_request
+from advisor.app.diagnose import diagnose_watched
 
 router = APIRouter(prefix="/api", tags=["api"], default_response_class=SafeJSON)
 
@@ -65,7 +65,7 @@ def list_diagnoses(w: Watched, ctx: Ctx, _: Reader, limit: int = 50) -> list[dic
 async def run_diagnosis(w: Watched, ctx: Ctx, _: Actor) -> dict:
     """Runs a diagnosis of the deployment now (its Prometheus, its SLOs) and saves it."""
 
-    saved = await run_in_threadpool(lambda: diagnose(watched_request(w), store=ctx.store))
+    saved = await run_in_threadpool(lambda: diagnose_watched(w, ctx.store, ctx.alerts_out))
     d, ident = saved.diagnosis, saved.saved_id
     return {"id": ident, "url": f"/diagnoses/{ident}", "healthy": d.healthy, "summary": d.summary,
             "top_severity": d.top_severity, "findings": len(d.findings), "checks": [c.title for c in d.checks]}

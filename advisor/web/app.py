@@ -17,6 +17,7 @@ from advisor.errors import AdvisorError
 from advisor.app.watched import ExperimentRuns
 from advisor.fleet.config import FleetConfig
 from advisor.reports import html
+from advisor.app.alerts_out import AlertsOut
 from advisor.web.context import MAX_ID, Context
 from advisor.web.middleware import DEFAULT_MAX_BODY_BYTES, BodyLimit, SecurityHeaders
 from advisor.web.responses import SafeJSON
@@ -51,7 +52,8 @@ class _Dashboard(FastAPI):
 
 
 def create_app(config: FleetConfig, *, store_url: str, token: str | None, host: str = "127.0.0.1",
-               log_dir: Path | None = None, scheduler=None, max_body_bytes: int | None = None) -> FastAPI:
+               log_dir: Path | None = None, scheduler=None, max_body_bytes: int | None = None,
+               alerts_out: AlertsOut | None = None) -> FastAPI:
     """The app for `config`. Refuses (ServeError) to listen beyond loopback without a token.
     Request bodies over max_body_bytes (default: ADVISOR_MAX_BODY_BYTES) get 413 before anything
     reads them."""
@@ -79,8 +81,10 @@ def create_app(config: FleetConfig, *, store_url: str, token: str | None, host: 
                      # Swagger UI and ReDoc load scripts from a CDN: the schema stays at /openapi.json.
                      docs_url=None, redoc_url=None)
     app.max_body_bytes = max_body_bytes if max_body_bytes is not None else get_settings().max_body_bytes
+    if alerts_out is None and config.alertmanager.url:
+        alerts_out = AlertsOut(config)
     app.state.context = Context(config=config, store=store, store_url=store_url, token=token, loopback=loopback,
-                                runs=runs)
+                                runs=runs, alerts_out=alerts_out)
     app.include_router(api.router)
     app.include_router(alerts.router)
     app.include_router(pages.router)

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Request
 
 from advisor.app.alerts_in import AlertIntake
+from advisor.app.alerts_out import AlertsOut
 from advisor.app.watched import ExperimentRuns
 from advisor.ranges import STORE_ID_MAX
 from advisor.fleet.config import FleetConfig, WatchedDeployment
@@ -23,6 +24,7 @@ class Context:
     loopback: bool
     runs: ExperimentRuns
     alerts: AlertIntake = field(default_factory=AlertIntake)
+    alerts_out: AlertsOut | None = None  # findings posted to Alertmanager (advisor.yaml alertmanager.url)
 
 
 def get_context(request: Request) -> Context:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from advisor.app.alerts_out import AlertsOut
 from advisor.fleet.config import load_config
 from advisor.schedule import Scheduler
 from advisor.settings import get_settings
@@ -28,9 +29,11 @@ def serve(config: Path | None, *, host: str = "127.0.0.1", port: int = 8080, sch
     if token is None and settings.api_token:
         token = settings.api_token.get_secret_value()
     cfg = load_config(config)
-    scheduler = Scheduler(cfg, settings.database_url) if schedule else None
+    # One poster for the schedule and the dashboard: it remembers what it posted, to end it.
+    alerts_out = AlertsOut(cfg) if cfg.alertmanager.url else None
+    scheduler = Scheduler(cfg, settings.database_url, alerts_out=alerts_out) if schedule else None
     web = create_app(cfg, store_url=settings.database_url, token=token, host=host, scheduler=scheduler,
-                     max_body_bytes=settings.max_body_bytes)
+                     max_body_bytes=settings.max_body_bytes, alerts_out=alerts_out)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # What became of each Alertmanager notification (started, dropped within the interval, not a
     # deployment here) is the server's record of it, whatever ADVISOR_LOG_LEVEL quiets otherwise.

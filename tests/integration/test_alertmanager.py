@@ -1,10 +1,13 @@
 """A real Alertmanager (Debian's prometheus-alertmanager) routing an alert to `advisor serve`'s
 webhook with its Bearer token: one diagnosis of the deployment the alert names is stored, however
-often Alertmanager repeats the notification. The diagnosis reads a real Prometheus holding two
-weeks of backfilled history (tests/weekly/two-weeks.yaml, as the weekly report's tests do)."""
+often Alertmanager repeats the notification; the diagnosis' findings are posted back to the same
+Alertmanager, where `amtool alert query` shows them with a link to the diagnosis and an `amtool`
+silence silences them. The diagnosis reads a real Prometheus holding two weeks of backfilled
+history (tests/weekly/two-weeks.yaml, as the weekly report's tests do: TTFT past its SLO lately)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -41,10 +44,11 @@ def answers(url: str) -> bool:
 
 def test_alertmanager_calls_the_advisor_and_a_repeated_notification_diagnoses_once(prom, tmp_path):  # noqa: F811
     db = f"sqlite:///{tmp_path / 'advisor.db'}"
+    port, am_port = free_port(), free_port()
     (tmp_path / "advisor.yaml").write_text(yaml.safe_dump({
         "deployments": [{"name": "local", "prom_url": prom.url, "window": WINDOW}],
-        "alertmanager": {"min_interval": "10m"}}))
-    port, am_port = free_port(), free_port()
+        "alertmanager": {"min_interval": "10m", "url": f"http://127.0.0.1:{am_port}",
+                         "dashboard_url": "http://advisor.example:8080"}}))
     env = {**os.environ, "ADVISOR_API_TOKEN": TOKEN, "ADVISOR_DB_URL": db, "ADVISOR_DATA_DIR": str(tmp_path / "data")}
     serve_log = open(tmp_path / "serve.log", "w")
     serve = subprocess.Popen([sys.executable, "-m", "advisor.cli", "serve", "--config", str(tmp_path / "advisor.yaml"),
@@ -82,6 +86,29 @@ def test_alertmanager_calls_the_advisor_and_a_repeated_notification_diagnoses_on
         assert len(stored()) == 1 == len(first), "one diagnosis however often Alertmanager notifies"
         assert "advisor.yaml names no deployment 'elsewhere'" in log(), log()[-3000:]
         assert [s.deployment for s in first] == ["local"]
+
+        # Out: the diagnosis' findings, as Alertmanager holds them.
+        def query(*args: str) -> list[dict]:
+            q = subprocess.run(["amtool", "alert", "query", "alertname=LLMAdvisorFinding", "deployment=local",
+                                *args, "-o", "json", f"--alertmanager.url={am_url}"],
+                               capture_output=True, text=True, timeout=30)
+            assert q.returncode == 0, q.stdout + q.stderr
+            return json.loads(q.stdout or "[]")
+
+        posted = wait_for(query, 60, "the advisor's findings in Alertmanager")
+        with open_store(db) as store:
+            d = store.get_diagnosis(first[0].id)
+        assert {a["labels"]["rule"] for a in posted} == {f.rule_id for f in d.findings}, (posted, d.findings)
+        assert all(a["annotations"]["diagnosis"] == f"http://advisor.example:8080/diagnoses/{first[0].id}"
+                   and a["labels"]["source"] == "llm-advisor" for a in posted), posted
+        sil = subprocess.run(["amtool", "silence", "add", "alertname=LLMAdvisorFinding", "deployment=local",
+                              "--comment=known, being fixed", "--author=sre", f"--alertmanager.url={am_url}"],
+                             capture_output=True, text=True, timeout=30)
+        assert sil.returncode == 0, sil.stdout + sil.stderr
+        wait_for(lambda: not query(), 30, "the silence to take the findings off the active list")
+        assert query("--silenced"), "silenced, not gone"
+        # The route sends the advisor's own findings back to it too: never a reason for another diagnosis.
+        assert len(stored()) == 1
     finally:
         for p in (am, serve):
             p.terminate()

@@ -103,3 +103,34 @@ def test_the_interval_passes_and_the_next_alert_diagnoses_again(tmp_path):
     now[0] = 2000
     got = intake.receive(resolved, cfg)
     assert got.started == [] and got.resolved == 1
+
+
+def test_findings_are_posted_renewed_and_ended_when_a_later_diagnosis_no_longer_finds_them(tmp_path):
+    from datetime import datetime, timezone
+
+    from advisor.app.alerts_out import AlertsOut
+    from advisor.fleet.config import FleetConfig
+    from tests.unit.test_store import make_diagnosis
+
+    cfg = FleetConfig.model_validate({"deployments": [{"name": "local", "prom_url": "http://127.0.0.1:9"}],
+                                      "alertmanager": {"url": "http://am:9093", "dashboard_url": "http://adv:8080/",
+                                                       "ttl": "30m"}})
+    out, w = AlertsOut(cfg), cfg.deployments[0]
+    t0 = datetime(2026, 12, 5, 12, 0, tzinfo=timezone.utc)
+    first = out.alerts_for(w, make_diagnosis(findings=2), 7, now=t0)
+    assert [(a["labels"]["rule"], a["labels"]["severity"], a["endsAt"]) for a in first] == \
+        [("queueing", "severe", "2026-12-05T12:30:00Z"), ("kv_pressure", "moderate", "2026-12-05T12:30:00Z")]
+    assert first[0]["generatorURL"] == first[0]["annotations"]["diagnosis"] == "http://adv:8080/diagnoses/7"
+    assert first[0]["labels"]["source"] == "llm-advisor" and first[0]["labels"]["deployment"] == "local"
+    t1 = datetime(2026, 12, 5, 12, 10, tzinfo=timezone.utc)
+    later = out.alerts_for(w, make_diagnosis(findings=1), 8, now=t1)
+    assert [(a["labels"]["rule"], a["endsAt"]) for a in later] == \
+        [("queueing", "2026-12-05T12:40:00Z"), ("kv_pressure", "2026-12-05T12:10:00Z")], "renewed; ended now"
+    assert out.alerts_for(w, make_diagnosis(findings=0), 9, now=t1)[0]["endsAt"] == "2026-12-05T12:10:00Z"
+
+
+def test_the_advisor_s_own_findings_routed_back_start_nothing(tmp_path):
+    intake = AlertIntake()
+    n = AmNotification.model_validate(note({"deployment": "local", "source": "llm-advisor"}))
+    got = intake.receive(n, config(tmp_path))
+    assert got.started == [] and got.own == 1
