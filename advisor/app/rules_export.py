@@ -3,6 +3,7 @@ compiled per dialect (advisor.alerting.prometheus_rules), written as YAML."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from advisor.errors import AdvisorError
 from advisor.settings import get_settings
 from probes.catalog import GPU_DIALECT, dialects
 
-FORMATS = ("prometheus", "prometheus-operator")
+FORMATS = ("prometheus", "prometheus-operator", "grafana")
 
 
 class ExportProblem(AdvisorError, ValueError):
@@ -56,7 +57,13 @@ def export(req: ExportRequest) -> str:
     except KeyError:
         known = sorted(k for k in catalog if k != GPU_DIALECT)
         raise ExportProblem(f"unknown dialect {req.dialect!r}: one of auto, {', '.join(known)}") from None
+    if req.format == "grafana" and len(wanted) != 1:
+        raise ExportProblem("--format grafana draws one dialect's signals: give --dialect vllm (or sglang, ...)")
     compiled = [pr.compile_dialect(d, catalog.get(GPU_DIALECT), rules, slo, req.window_s, req.model) for d in wanted]
+    if req.format == "grafana":
+        from advisor.alerting.grafana import dashboard
+
+        return json.dumps(dashboard(compiled[0], slo), indent=2) + "\n"
     groups = pr.groups(compiled, breach_for_s=req.breach_for_s, warning_for_s=req.warning_for_s,
                        dashboard_url=req.dashboard_url, labels=req.labels)
     doc: dict = {"groups": groups}

@@ -49,7 +49,7 @@ def rules_show(rule_id: Annotated[str, typer.Argument(help="A rule id, e.g. ADV0
 
 @rules_app.command("export")
 def rules_export(
-    format_: Annotated[str, typer.Option("--format", help="prometheus: a rule file for rule_files; prometheus-operator: the same groups in a PrometheusRule object.")] = "prometheus",
+    format_: Annotated[str, typer.Option("--format", help="prometheus: a rule file for rule_files; prometheus-operator: the same groups in a PrometheusRule object; grafana: a dashboard of one dialect's signals (the same queries) with the advisor's annotations.")] = "prometheus",
     slo: Annotated[Optional[Path], typer.Option("--slo", help="YAML file of SLOs, as for diagnose: the alerts' thresholds. Default: ADVISOR_SLO_FILE, else built-in defaults.")] = None,
     rules_config: Annotated[Optional[Path], typer.Option("--rules-config", help="YAML of per-rule overrides, as for diagnose (params, thresholds, enabled).")] = None,
     dialect: Annotated[str, typer.Option("--dialect", help="The engine whose metric names the rules read: vllm, sglang, tgi, llamacpp, trtllm, triton, or auto (a group for each).")] = "auto",

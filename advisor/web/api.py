@@ -5,6 +5,7 @@ POST starts one: 202 with its id), /api/diagnoses/{id}, /api/experiments/{id}; /
 from __future__ import annotations
 
 import json
+from datetime import timezone
 
 from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
@@ -117,6 +118,26 @@ async def start_experiment(w: Watched, ctx: Ctx, _: Actor, body: ExperimentReque
     ref = _check_ref(ctx, w, body)
     ident = await run_in_threadpool(ctx.runs.start, w, ref, body.diagnosis_id)
     return {"id": ident, "url": f"/experiments/{ident}"}
+
+
+@router.get("/deployments/{name}/annotations")
+def annotations(w: Watched, ctx: Ctx, _: Reader, limit: int = 200) -> list[dict]:
+    """The deployment's diagnoses and experiments as Grafana annotations: time (ms since the epoch),
+    title, text, tags, the shape the JSON and Infinity data sources read (deploy/grafana/)."""
+    n = max(1, min(limit, 1000))
+    rows = []
+    for s in ctx.store.list_diagnoses(deployment=w.name, limit=n):
+        rows.append({"time": int(s.created_at.replace(tzinfo=s.created_at.tzinfo or timezone.utc).timestamp() * 1000),
+                     "title": f"diagnosis {s.id}: {'healthy' if s.healthy else s.top_severity}",
+                     "text": f"{s.findings_count} finding(s); /diagnoses/{s.id}",
+                     "tags": ["llm-advisor", "diagnosis", "healthy" if s.healthy else (s.top_severity or "finding")]})
+    for e in _experiments_of(ctx, w)[:n]:
+        rows.append({"time": int(e.created_at.replace(tzinfo=e.created_at.tzinfo or timezone.utc).timestamp() * 1000),
+                     "title": f"experiment {e.id}: {e.mechanism} -> {e.value}: {e.verdict or e.status}",
+                     "text": (f"{e.primary_metric} ratio {e.ratio:.3g}; " if e.ratio is not None else "")
+                             + f"/experiments/{e.id}",
+                     "tags": ["llm-advisor", "experiment", e.verdict or e.status]})
+    return sorted(rows, key=lambda r: r["time"])
 
 
 @router.get("/diagnoses/{diagnosis_id}")

@@ -16,6 +16,7 @@ from pathlib import Path
 import subprocess
 from dataclasses import dataclass
 
+import httpx
 import pytest
 import yaml
 
@@ -148,6 +149,27 @@ def _slo_file(scn, tmp_path: Path) -> Path | None:
     path = tmp_path / "slo.yaml"
     path.write_text(yaml.safe_dump(scn.raw["slo"]))
     return path
+
+
+def test_every_grafana_panel_query_returns_data_on_the_scenarios(served):
+    """deploy/grafana's panels run against the real Prometheus holding the backfilled scenarios, each
+    at its scenario's end: every query answers data in at least one of them."""
+    import json
+
+    shipped = json.loads((Path(__file__).parents[2] / "deploy" / "grafana" / "llm-advisor-vllm.json").read_text())
+    answered: set[str] = set()
+    for path in FILES:
+        scn, _, prom = served(path)
+        for p in shipped["panels"]:
+            if p["title"] in answered:
+                continue
+            r = httpx.get(f"{prom.url}/api/v1/query", params={"query": p["targets"][0]["expr"], "time": scn.end},
+                          timeout=30).json()
+            assert r["status"] == "success", (p["title"], r)
+            if r["data"]["result"]:
+                answered.add(p["title"])
+    assert answered == {p["title"] for p in shipped["panels"]}, \
+        sorted({p["title"] for p in shipped["panels"]} - answered)
 
 
 def test_bucket_table_is_vllms_own():

@@ -134,3 +134,17 @@ def test_the_advisor_s_own_findings_routed_back_start_nothing(tmp_path):
     n = AmNotification.model_validate(note({"deployment": "local", "source": "llm-advisor"}))
     got = intake.receive(n, config(tmp_path))
     assert got.started == [] and got.own == 1
+
+
+def test_annotations_for_grafana_list_diagnoses_and_experiments_in_time_order(tmp_path):
+    from tests.unit.test_web import hostile_store
+
+    url = hostile_store(tmp_path, "<b>x</b>")
+    app = create_app(config(tmp_path), store_url=url, token=TOKEN, log_dir=tmp_path / "logs")
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        rows = c.get("/api/deployments/local/annotations").json()
+        assert c.get("/api/deployments/nope/annotations").status_code == 404
+    kinds = [r["tags"][1] for r in rows]
+    assert "diagnosis" in kinds and all(set(r) == {"time", "title", "text", "tags"} for r in rows), rows
+    assert [r["time"] for r in rows] == sorted(r["time"] for r in rows) and all(r["time"] > 1.5e12 for r in rows)
+    assert any(r["title"].startswith("diagnosis 1: ") for r in rows)

@@ -102,3 +102,23 @@ def test_the_slo_file_sets_the_thresholds(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(args, said):
     r = runner.invoke(app, ["rules", "export", *args])
     assert r.exit_code == 2 and said in r.output and "Traceback" not in r.output, r.output
+
+
+def test_the_grafana_dashboard_in_deploy_is_the_export_s_and_a_valid_dashboard_model():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    shipped = json.loads((root / "deploy" / "grafana" / "llm-advisor-vllm.json").read_text())
+    assert shipped == json.loads(export(ExportRequest(format="grafana", dialect="vllm"))), \
+        "deploy/grafana is stale: advisor rules export --format grafana --dialect vllm -o deploy/grafana/llm-advisor-vllm.json"
+    assert shipped["schemaVersion"] >= 36 and shipped["uid"] == "llm-advisor-vllm"
+    ids = [p["id"] for p in shipped["panels"]]
+    assert len(ids) == len(set(ids)) and all(isinstance(i, int) for i in ids)
+    records = yaml.safe_load(export(ExportRequest(dialect="vllm")))["groups"][0]["rules"]
+    exprs = {r["expr"] for r in records if "record" in r}
+    assert {p["targets"][0]["expr"] for p in shipped["panels"]} == exprs, "every panel's query is a recorded one"
+    slo_panels = {p["title"] for p in shipped["panels"] if "thresholds" in p["fieldConfig"]["defaults"]}
+    assert {"ttft_p95 (SLO 1)", "tpot_p95 (SLO 0.1)", "e2e_p99 (SLO 30)", "error_rate (SLO 0.01)"} <= slo_panels
+    assert any(a.get("target", {}).get("url") == "/api/deployments/${deployment}/annotations"
+               for a in shipped["annotations"]["list"])
