@@ -131,7 +131,7 @@ class WeeklyReport(InputModel):
         return v if v is None else url_port(v)
 
 
-class AlertmanagerIn(InputModel):
+class AlertmanagerConfig(InputModel):
     """Alertmanager in (`advisor serve` answers its webhook, POST /api/alertmanager) and out
     (findings posted to its API, where `url` is set)."""
     deployment_label: str = Field(default="deployment", description="the alert label whose value names a "
@@ -139,13 +139,6 @@ class AlertmanagerIn(InputModel):
                                   "external_labels)")
     min_interval: str = Field(default="10m", description="at most one alert-started diagnosis per deployment "
                               "this often; later notifications are counted and dropped")
-
-    @field_validator("min_interval")
-    @classmethod
-    def _interval(cls, v: str) -> str:
-        _duration(v)
-        return v
-
     url: str | None = Field(default=None, description="Alertmanager to post findings to (/api/v2/alerts); "
                             "user:password@ in it is sent as basic auth to it only")
     dashboard_url: str | None = Field(default=None, description="this advisor's dashboard as Alertmanager's "
@@ -153,9 +146,9 @@ class AlertmanagerIn(InputModel):
     ttl: str = Field(default="1h", description="how long a posted finding stays firing unless a later "
                      "diagnosis finds it again (a healthy one ends it at once)")
 
-    @field_validator("ttl")
+    @field_validator("min_interval", "ttl")
     @classmethod
-    def _ttl(cls, v: str) -> str:
+    def _durations(cls, v: str) -> str:
         _duration(v)
         return v
 
@@ -178,7 +171,7 @@ class AlertmanagerIn(InputModel):
 class FleetConfig(InputModel):
     deployments: list[WatchedDeployment] = Field(min_length=1)
     weekly_report: WeeklyReport | None = None
-    alertmanager: AlertmanagerIn = Field(default_factory=AlertmanagerIn)
+    alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> FleetConfig:
