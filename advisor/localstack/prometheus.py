@@ -76,8 +76,13 @@ class LocalPrometheus:
         data_dir: Path | str | None = None,
         port: int | None = None,
         job: str = "vllm",
+        rule_files: Sequence[Path | str] = (),
+        alertmanager: str | None = None,
     ) -> None:
+        """rule_files: evaluated every scrape interval; alertmanager: host:port its alerts go to."""
         self.targets = list(targets)
+        self.rule_files = [str(p) for p in rule_files]
+        self.alertmanager = alertmanager
         self.scrape_interval = scrape_interval
         self.port = port or paths.free_port()
         self.job = job
@@ -93,10 +98,15 @@ class LocalPrometheus:
         return f"http://{HOST}:{self.port}"
 
     def config(self) -> dict:
-        return {
+        cfg: dict = {
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval},
             "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self.targets}]}],
         }
+        if self.rule_files:
+            cfg["rule_files"] = self.rule_files
+        if self.alertmanager:
+            cfg["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [self.alertmanager]}]}]}
+        return cfg
 
     def start(self, timeout: float = 60) -> "LocalPrometheus":
         if self.proc is not None:
