@@ -8,7 +8,7 @@ SLOs, cost, the top checks' experiments, and the result saved.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -18,7 +18,7 @@ from advisor.settings import get_settings
 
 if TYPE_CHECKING:
     from advisor.app.alerts_out import AlertsOut
-    from advisor.diagnosis.model import Diagnosis
+    from advisor.diagnosis.model import Diagnosis, Trigger
     from advisor.experiments.design.deployment import Deployment
     from advisor.experiments.result import ExperimentResult
     from advisor.fleet.config import WatchedDeployment
@@ -57,6 +57,7 @@ class DiagnoseRequest:
     baseline: BaselineChoice = "auto"
     save: bool = False
     stored_as: str | None = None
+    trigger: Trigger | None = None  # the alert that asked for it: kept with the diagnosis, shown on its page
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,8 @@ def diagnose(req: DiagnoseRequest, *, say: Callable[[str], None] = _quiet,
         ran = verify_top_checks(result, dep, req.experiments, price=inputs.price, workload=inputs.workload,
                                 baseline=req.baseline, say=say)
     name = req.stored_as or (dep.name if dep else None)
+    if req.trigger is not None:
+        result.trigger = req.trigger
     saved = None
     if store is not None:
         saved = store.save_diagnosis(result, snap, deployment=name)
@@ -180,11 +183,15 @@ def watched_request(watched: WatchedDeployment) -> DiagnoseRequest:
         stored_as=watched.name)
 
 
-def diagnose_watched(watched: WatchedDeployment, store: Store, alerts_out: AlertsOut | None = None) -> DiagnoseOutcome:
+def diagnose_watched(watched: WatchedDeployment, store: Store, alerts_out: AlertsOut | None = None,
+                     trigger: Trigger | None = None) -> DiagnoseOutcome:
     """A watched deployment diagnosed and saved, as every front door of `advisor serve` does it (the
     dashboard's button, an Alertmanager notification, the schedule); its findings posted to
     Alertmanager where advisor.yaml names one."""
-    saved = diagnose(watched_request(watched), store=store)
+    req = watched_request(watched)
+    if trigger is not None:
+        req = replace(req, trigger=trigger)
+    saved = diagnose(req, store=store)
     if alerts_out is not None:
         alerts_out.post(watched, saved.diagnosis, saved.saved_id)
     return saved

@@ -90,6 +90,14 @@ class NotEvaluated(BaseModel):
     reason: str
 
 
+class Trigger(BaseModel):
+    """What started a diagnosis other than a person or the schedule: an Alertmanager notification."""
+    source: str = Field(description="alertmanager")
+    alerts: list[str] = Field(default_factory=list, description="the firing alerts' names")
+    group_key: str = Field(default="", description="Alertmanager's group key")
+    url: str | None = Field(default=None, description="the alert, where Alertmanager's externalURL is known")
+
+
 class Diagnosis(BaseModel):
     target: str
     via: str
@@ -112,6 +120,7 @@ class Diagnosis(BaseModel):
     cost: CostFigures | None = Field(default=None, description="$ per million output tokens and per thousand "
                                      "SLO-meeting requests over the window (advisor/cost.py)")
     cost_note: str | None = Field(default=None, description="why no cost is shown")
+    trigger: Trigger | None = Field(default=None, description="the alert that started it, if one did")
 
     @property
     def healthy(self) -> bool:

@@ -396,6 +396,8 @@ class DiagnosisView:
     model_line: str | None = None  # the served model's structure and KV cost, or why it is unknown
     tokenization_line: str | None = None  # the target's tokenization timed, or why it was not
     cost_line: str | None = None  # $ per million output tokens and per thousand SLO-meeting requests
+    trigger_line: str | None = None  # what started it: an Alertmanager notification's alerts
+    trigger_url: str | None = None  # those alerts in Alertmanager (http or https only)
 
 
 def model_line(d: Diagnosis) -> str | None:
@@ -457,7 +459,10 @@ def diagnosis_view(d: Diagnosis, *, ident: int | None = None, deployment: str | 
                               _evidence_chart(f) if charts_on else None) for f in d.findings],
         checks=checks, not_evaluated=[(x.rule_id, x.reason) for x in d.not_evaluated], problems=list(d.problems),
         experiments=list(experiments), id=ident, deployment=deployment, models=list(e.models),
-        model_line=model_line(d), tokenization_line=tokenization_line(d), cost_line=cost_text(d.cost, d.cost_note))
+        model_line=model_line(d), tokenization_line=tokenization_line(d), cost_line=cost_text(d.cost, d.cost_note),
+        trigger_line=(f"an Alertmanager notification: {', '.join(d.trigger.alerts) or 'alerts'} firing"
+                      if d.trigger else None),
+        trigger_url=d.trigger.url if d.trigger and (d.trigger.url or "").startswith(("http://", "https://")) else None)
 
 
 def as_json(view) -> str:

@@ -57,6 +57,7 @@ def test_a_queue_fires_the_exported_rule_alertmanager_calls_the_advisor_and_the_
     am_log, serve_log = tmp_path / "am.log", tmp_path / "serve.log"
     am = subprocess.Popen(["prometheus-alertmanager", f"--config.file={tmp_path / 'am.yml'}",
                            f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
+                           f"--web.external-url=http://127.0.0.1:{am_port}",
                            "--cluster.listen-address="], stdout=am_log.open("w"), stderr=subprocess.STDOUT)
     prom = local_prometheus([local_engine.target], rule_files=[rules], alertmanager=f"127.0.0.1:{am_port}")
     (tmp_path / "advisor.yaml").write_text(yaml.safe_dump({

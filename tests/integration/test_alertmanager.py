@@ -64,6 +64,7 @@ def test_alertmanager_calls_the_advisor_and_a_repeated_notification_diagnoses_on
     am_log = open(tmp_path / "am.log", "w")
     am = subprocess.Popen(["prometheus-alertmanager", f"--config.file={tmp_path / 'am.yml'}",
                            f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
+                           f"--web.external-url=http://127.0.0.1:{am_port}",
                            "--cluster.listen-address="], stdout=am_log, stderr=subprocess.STDOUT)
     am_url = f"http://127.0.0.1:{am_port}"
     try:
@@ -86,6 +87,12 @@ def test_alertmanager_calls_the_advisor_and_a_repeated_notification_diagnoses_on
         assert len(stored()) == 1 == len(first), "one diagnosis however often Alertmanager notifies"
         assert "advisor.yaml names no deployment 'elsewhere'" in log(), log()[-3000:]
         assert [s.deployment for s in first] == ["local"]
+        # The diagnosis says what started it, and its page links back to the alerts in Alertmanager.
+        with open_store(db) as store:
+            trigger = store.get_diagnosis(first[0].id).trigger
+        assert trigger is not None and trigger.alerts == ["ADV001"] and trigger.url.startswith(am_url), trigger
+        page = httpx.get(f"http://127.0.0.1:{port}/diagnoses/{first[0].id}", timeout=30).text
+        assert "Started by an Alertmanager notification: ADV001 firing" in page and f'href="{am_url}' in page
 
         # Out: the diagnosis' findings, as Alertmanager holds them.
         def query(*args: str) -> list[dict]:

@@ -28,7 +28,7 @@ def started(monkeypatch):
     calls: list[str] = []
     done = threading.Event()
 
-    def fake(ctx, name, group):
+    def fake(ctx, name, group, trigger=None):
         calls.append(name)
         done.set()
     monkeypatch.setattr(alerts, "_diagnose", fake)
@@ -148,3 +148,23 @@ def test_annotations_for_grafana_list_diagnoses_and_experiments_in_time_order(tm
     assert "diagnosis" in kinds and all(set(r) == {"time", "title", "text", "tags"} for r in rows), rows
     assert [r["time"] for r in rows] == sorted(r["time"] for r in rows) and all(r["time"] > 1.5e12 for r in rows)
     assert any(r["title"].startswith("diagnosis 1: ") for r in rows)
+
+
+def test_a_diagnosis_an_alert_started_links_back_to_it_escaped_in_html_and_markdown():
+    from advisor.diagnosis.model import Trigger
+    from advisor.reports import html, markdown
+    from advisor.reports.views import diagnosis_view
+    from tests.unit.test_store import make_diagnosis
+
+    d = make_diagnosis()
+    d.trigger = Trigger(source="alertmanager", alerts=["ADV001", "<script>x</script>"], group_key="g",
+                        url='http://am:9093/#/alerts?filter=%7Bdeployment%3D%22local%22%7D')
+    page = html.render("diagnosis.html.j2", d=diagnosis_view(d))
+    assert 'Started by an Alertmanager notification: ADV001, &lt;script&gt;x&lt;/script&gt; firing' in page
+    assert '<a href="http://am:9093/#/alerts?filter=%7Bdeployment%3D%22local%22%7D"' in page
+    assert "<script>x" not in page
+    md = markdown.diagnosis(d, [])
+    line = next(x for x in md.splitlines() if x.startswith("Started by"))
+    assert line.startswith("Started by an Alertmanager notification: ADV001, &lt;script>x&lt;/script> firing (http://am"), line
+    d.trigger.url = "javascript:alert(1)"
+    assert "javascript:" not in html.render("diagnosis.html.j2", d=diagnosis_view(d))
