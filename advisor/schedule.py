@@ -23,7 +23,7 @@ from advisor.fleet.config import FleetConfig
 from advisor.fleet.cron import parse_cron
 from advisor.units import parse_duration
 from probes.http import origin
-from advisor.app.alerts_out import AlertsOut
+from advisor.app.alerts_out import AlertsOut, alerts_out_for
 from advisor.app.diagnose import diagnose_watched
 
 log = logging.getLogger("advisor.schedule")
@@ -59,8 +59,7 @@ class Scheduler:
     def __init__(self, config: FleetConfig, store_url: str, owner: str | None = None, tick_s: float = TICK_S,
                  alerts_out: AlertsOut | None = None):
         self.config = config
-        self.alerts_out = alerts_out if alerts_out is not None else (AlertsOut(config) if config.alertmanager.url
-                                                                      else None)
+        self.alerts_out = alerts_out if alerts_out is not None else alerts_out_for(config)
         self.store_url = store_url
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.tick_s = tick_s

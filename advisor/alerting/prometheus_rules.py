@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 
 from advisor.diagnosis.expr import Expr
-from advisor.diagnosis.rules import Cond, Rule
+from advisor.diagnosis.rules import OPS, Cond, Rule
 from probes.catalog import GPU_DIALECT, Dialect
 from probes.promql import signal_queries
 
@@ -107,8 +107,7 @@ def compile_cond(c: Cond, dialect: str, signals: set[str], slo: dict, params: di
         if left is None or right is None:
             return _Known(None)
         if isinstance(left, float) and isinstance(right, float):
-            return _Known(bool({">": left > right, ">=": left >= right, "<": left < right, "<=": left <= right,
-                                "==": left == right, "!=": left != right}[c.op]))
+            return _Known(bool(OPS[c.op](left, right)))
         if isinstance(left, float):  # a number on the left: the vector's side carries the value shown
             left, right, op = right, left, FLIPPED[c.op]
         else:

@@ -29,20 +29,21 @@ def _iso(t: datetime) -> str:
     return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+def alerts_out_for(config: FleetConfig) -> AlertsOut | None:
+    """The poster advisor.yaml asks for: one where alertmanager.url is set, else None."""
+    return AlertsOut(config) if config.alertmanager.url else None
+
+
 class AlertsOut:
     def __init__(self, config: FleetConfig):
         am = config.alertmanager
-        url, auth = split_userinfo(am.url) if am.url else (None, None)
-        self.url = url.rstrip("/") if url else None
+        url, auth = split_userinfo(am.url)
+        self.url = url.rstrip("/")
         self.dashboard_url = am.dashboard_url.rstrip("/") if am.dashboard_url else None
         self.ttl_s = am.ttl_s
         self._cfg = HttpConfig(verify=net.tls_verify(), ca_bundle=net.ca_bundle(), auth=auth, timeout=10.0)
         self._lock = threading.Lock()
         self._posted: dict[str, dict[str, dict]] = {}  # deployment -> rule id -> the alert last posted
-
-    @property
-    def enabled(self) -> bool:
-        return self.url is not None
 
     def alerts_for(self, w: WatchedDeployment, d: Diagnosis, diagnosis_id: int | None,
                    now: datetime | None = None) -> list[dict]:
@@ -73,8 +74,6 @@ class AlertsOut:
         return [*fresh.values(), *ended]
 
     def post(self, w: WatchedDeployment, d: Diagnosis, diagnosis_id: int | None) -> None:
-        if not self.enabled:
-            return
         alerts = self.alerts_for(w, d, diagnosis_id)
         if not alerts:
             return

@@ -5,7 +5,7 @@ POST starts one: 202 with its id), /api/diagnoses/{id}, /api/experiments/{id}; /
 from __future__ import annotations
 
 import json
-from datetime import timezone
+from datetime import datetime, timezone
 
 from fastapi import APIRouter, HTTPException
 from fastapi.concurrency import run_in_threadpool
@@ -120,6 +120,11 @@ async def start_experiment(w: Watched, ctx: Ctx, _: Actor, body: ExperimentReque
     return {"id": ident, "url": f"/experiments/{ident}"}
 
 
+def _epoch_ms(t: datetime) -> int:
+    """A stored time (naive ones are UTC) as milliseconds since the epoch."""
+    return int(t.replace(tzinfo=t.tzinfo or timezone.utc).timestamp() * 1000)
+
+
 @router.get("/deployments/{name}/annotations")
 def annotations(w: Watched, ctx: Ctx, _: Reader, limit: int = 200) -> list[dict]:
     """The deployment's diagnoses and experiments as Grafana annotations: time (ms since the epoch),
@@ -127,12 +132,12 @@ def annotations(w: Watched, ctx: Ctx, _: Reader, limit: int = 200) -> list[dict]
     n = max(1, min(limit, 1000))
     rows = []
     for s in ctx.store.list_diagnoses(deployment=w.name, limit=n):
-        rows.append({"time": int(s.created_at.replace(tzinfo=s.created_at.tzinfo or timezone.utc).timestamp() * 1000),
+        rows.append({"time": _epoch_ms(s.created_at),
                      "title": f"diagnosis {s.id}: {'healthy' if s.healthy else s.top_severity}",
                      "text": f"{s.findings_count} finding(s); /diagnoses/{s.id}",
                      "tags": ["llm-advisor", "diagnosis", "healthy" if s.healthy else (s.top_severity or "finding")]})
     for e in _experiments_of(ctx, w)[:n]:
-        rows.append({"time": int(e.created_at.replace(tzinfo=e.created_at.tzinfo or timezone.utc).timestamp() * 1000),
+        rows.append({"time": _epoch_ms(e.created_at),
                      "title": f"experiment {e.id}: {e.mechanism} -> {e.value}: {e.verdict or e.status}",
                      "text": (f"{e.primary_metric} ratio {e.ratio:.3g}; " if e.ratio is not None else "")
                              + f"/experiments/{e.id}",

@@ -17,7 +17,7 @@ from advisor.errors import AdvisorError
 from advisor.app.watched import ExperimentRuns
 from advisor.fleet.config import FleetConfig
 from advisor.reports import html
-from advisor.app.alerts_out import AlertsOut
+from advisor.app.alerts_out import AlertsOut, alerts_out_for
 from advisor.web.context import MAX_ID, Context
 from advisor.web.middleware import DEFAULT_MAX_BODY_BYTES, BodyLimit, SecurityHeaders
 from advisor.web.responses import SafeJSON
@@ -81,8 +81,8 @@ def create_app(config: FleetConfig, *, store_url: str, token: str | None, host: 
                      # Swagger UI and ReDoc load scripts from a CDN: the schema stays at /openapi.json.
                      docs_url=None, redoc_url=None)
     app.max_body_bytes = max_body_bytes if max_body_bytes is not None else get_settings().max_body_bytes
-    if alerts_out is None and config.alertmanager.url:
-        alerts_out = AlertsOut(config)
+    if alerts_out is None:
+        alerts_out = alerts_out_for(config)
     app.state.context = Context(config=config, store=store, store_url=store_url, token=token, loopback=loopback,
                                 runs=runs, alerts_out=alerts_out)
     app.include_router(api.router)

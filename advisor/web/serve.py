@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from advisor.app.alerts_out import AlertsOut
+from advisor.app.alerts_out import alerts_out_for
 from advisor.fleet.config import load_config
 from advisor.schedule import Scheduler
 from advisor.settings import get_settings
@@ -30,7 +30,7 @@ def serve(config: Path | None, *, host: str = "127.0.0.1", port: int = 8080, sch
         token = settings.api_token.get_secret_value()
     cfg = load_config(config)
     # One poster for the schedule and the dashboard: it remembers what it posted, to end it.
-    alerts_out = AlertsOut(cfg) if cfg.alertmanager.url else None
+    alerts_out = alerts_out_for(cfg)
     scheduler = Scheduler(cfg, settings.database_url, alerts_out=alerts_out) if schedule else None
     web = create_app(cfg, store_url=settings.database_url, token=token, host=host, scheduler=scheduler,
                      max_body_bytes=settings.max_body_bytes, alerts_out=alerts_out)

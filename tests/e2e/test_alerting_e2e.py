@@ -5,37 +5,20 @@ are back in Alertmanager with a link to it."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 
 import httpx
-import pytest
 import yaml
 
 from advisor.app.rules_export import ExportRequest, export
+from tests.support import alertmanager
+from tests.support.alertmanager import answers, wait_for
 from tests.support.servers import ROOT, free_port
 
 TOKEN = "alerting-e2e-token"
-
-
-def wait_for(fn, timeout: float, what: str, logs=()):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}\n" + "\n".join(f"--- {p}\n{p.read_text()[-2000:]}" for p in logs))
-
-
-def answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_a_queue_fires_the_exported_rule_alertmanager_calls_the_advisor_and_the_finding_comes_back(
@@ -48,17 +31,9 @@ def test_a_queue_fires_the_exported_rule_alertmanager_calls_the_advisor_and_the_
                                           dashboard_url="http://advisor.example:8080")))
     port, am_port = free_port(), free_port()
     am_url = f"http://127.0.0.1:{am_port}"
-    (tmp_path / "am.yml").write_text(yaml.safe_dump({
-        "route": {"receiver": "advisor", "group_by": ["alertname", "deployment"], "group_wait": "1s",
-                  "group_interval": "5s", "repeat_interval": "1h"},
-        "receivers": [{"name": "advisor", "webhook_configs": [{
-            "url": f"http://127.0.0.1:{port}/api/alertmanager",
-            "http_config": {"authorization": {"type": "Bearer", "credentials": TOKEN}}}]}]}))
     am_log, serve_log = tmp_path / "am.log", tmp_path / "serve.log"
-    am = subprocess.Popen(["prometheus-alertmanager", f"--config.file={tmp_path / 'am.yml'}",
-                           f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
-                           f"--web.external-url=http://127.0.0.1:{am_port}",
-                           "--cluster.listen-address="], stdout=am_log.open("w"), stderr=subprocess.STDOUT)
+    am = alertmanager.start(tmp_path, am_port, f"http://127.0.0.1:{port}/api/alertmanager", TOKEN,
+                            group_interval="5s", repeat_interval="1h")
     prom = local_prometheus([local_engine.target], rule_files=[rules], alertmanager=f"127.0.0.1:{am_port}")
     (tmp_path / "advisor.yaml").write_text(yaml.safe_dump({
         "deployments": [{"name": "local", "prom_url": prom.url, "window": "20s", "slo": str(slo)}],
@@ -89,13 +64,8 @@ def test_a_queue_fires_the_exported_rule_alertmanager_calls_the_advisor_and_the_
         page = httpx.get(f"http://127.0.0.1:{port}/diagnoses/{d['id']}", timeout=30)
         assert page.status_code == 200 and not d["healthy"], d
 
-        def back() -> list:
-            q = subprocess.run(["amtool", "alert", "query", "alertname=LLMAdvisorFinding", "deployment=local",
-                                "-o", "json", f"--alertmanager.url={am_url}"], capture_output=True, text=True,
-                               timeout=30)
-            return json.loads(q.stdout or "[]") if q.returncode == 0 else []
-
-        found = wait_for(back, 60, "the advisor's finding back in Alertmanager", logs)
+        found = wait_for(lambda: alertmanager.query(am_url, "alertname=LLMAdvisorFinding", "deployment=local"), 60,
+                         "the advisor's finding back in Alertmanager", logs)
         assert all(a["annotations"]["diagnosis"] == f"http://127.0.0.1:{port}/diagnoses/{d['id']}" for a in found)
         print(f"\nfired {sorted(a['labels']['alertname'] for a in fired)}; diagnosis {d['id']}: {d['summary'] if 'summary' in d else d['top_severity']}; "
               f"back in Alertmanager: {sorted(a['labels']['rule'] for a in found)}")

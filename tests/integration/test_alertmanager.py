@@ -7,11 +7,9 @@ history (tests/weekly/two-weeks.yaml, as the weekly report's tests do: TTFT past
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -19,27 +17,12 @@ import yaml
 
 from advisor.store import open_store
 from tests.integration.test_weekly_report import WINDOW, prom  # noqa: F401 - the fixture
+from tests.support import alertmanager
+from tests.support.alertmanager import answers, wait_for
 from tests.support.servers import ROOT, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 TOKEN = "am-t0ken"
-
-
-def wait_for(fn, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.25)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_alertmanager_calls_the_advisor_and_a_repeated_notification_diagnoses_once(prom, tmp_path):  # noqa: F811
@@ -55,17 +38,8 @@ def test_alertmanager_calls_the_advisor_and_a_repeated_notification_diagnoses_on
                               "--port", str(port)], cwd=ROOT, env=env, stdout=serve_log, stderr=subprocess.STDOUT)
     # Alertmanager's own receiver and route: the webhook with the same token every action needs;
     # a notification repeated every 2 s, so the advisor sees it many times within the test.
-    (tmp_path / "am.yml").write_text(yaml.safe_dump({
-        "route": {"receiver": "advisor", "group_by": ["alertname", "deployment"], "group_wait": "1s",
-                  "group_interval": "1s", "repeat_interval": "2s"},
-        "receivers": [{"name": "advisor", "webhook_configs": [{
-            "url": f"http://127.0.0.1:{port}/api/alertmanager", "send_resolved": True,
-            "http_config": {"authorization": {"type": "Bearer", "credentials": TOKEN}}}]}]}))
-    am_log = open(tmp_path / "am.log", "w")
-    am = subprocess.Popen(["prometheus-alertmanager", f"--config.file={tmp_path / 'am.yml'}",
-                           f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
-                           f"--web.external-url=http://127.0.0.1:{am_port}",
-                           "--cluster.listen-address="], stdout=am_log, stderr=subprocess.STDOUT)
+    am = alertmanager.start(tmp_path, am_port, f"http://127.0.0.1:{port}/api/alertmanager", TOKEN,
+                            group_interval="1s", repeat_interval="2s", send_resolved=True)
     am_url = f"http://127.0.0.1:{am_port}"
     try:
         wait_for(lambda: answers(f"http://127.0.0.1:{port}/api/deployments"), 90, "advisor serve")
@@ -96,11 +70,7 @@ def test_alertmanager_calls_the_advisor_and_a_repeated_notification_diagnoses_on
 
         # Out: the diagnosis' findings, as Alertmanager holds them.
         def query(*args: str) -> list[dict]:
-            q = subprocess.run(["amtool", "alert", "query", "alertname=LLMAdvisorFinding", "deployment=local",
-                                *args, "-o", "json", f"--alertmanager.url={am_url}"],
-                               capture_output=True, text=True, timeout=30)
-            assert q.returncode == 0, q.stdout + q.stderr
-            return json.loads(q.stdout or "[]")
+            return alertmanager.query(am_url, "alertname=LLMAdvisorFinding", "deployment=local", *args)
 
         posted = wait_for(query, 60, "the advisor's findings in Alertmanager")
         with open_store(db) as store:
@@ -124,4 +94,3 @@ def test_alertmanager_calls_the_advisor_and_a_repeated_notification_diagnoses_on
             except subprocess.TimeoutExpired:
                 p.kill()
         serve_log.close()
-        am_log.close()
