@@ -21,6 +21,13 @@ from probes.http import HttpConfig
 from probes.snapshot import EngineInfo, Signal
 
 
+# The caller's load starts right after start(): sampled this soon, a short block has its gauges read.
+FIRST_AFTER_S = 0.1
+
+
+NOT_SAMPLED = "not sampled while the load ran (the window ended before a scrape inside it)"
+
+
 class Watch:
     """start() scrapes once (raises ProbeError when the engine's /metrics cannot be read: the
     caller decides whether that matters); stop() scrapes again and returns the window's signals.
@@ -63,8 +70,12 @@ class Watch:
 
     def _loop(self) -> None:
         # Only the HTTP fetch happens here: parsing a large /metrics page holds the GIL, and the
-        # caller's load generator in this process timestamps tokens meanwhile.
-        while not self._done.wait(self._every):
+        # caller's load generator in this process timestamps tokens meanwhile. The first scrape comes
+        # soon after the start: a block of a tiny model can end within one interval, and its gauges
+        # are only sampled while the load runs.
+        wait = min(FIRST_AFTER_S, self._every)
+        while not self._done.wait(wait):
+            wait = self._every
             try:
                 got = fetch(self._client, self.url, self._cfg)
             except Exception as e:  # noqa: BLE001 - a scrape lost is a note, never the caller's failure
@@ -118,5 +129,10 @@ class Watch:
             for name, sdef in signals_for(self.dialect).items():
                 if sdef.op in GAUGE_OPS and name in during:
                     signals[name] = during[name].model_copy(update={"window_s": window})
+        else:
+            # Only the idle brackets: a gauge's "zero running" would be a reading of no load, not of this one.
+            for name, sdef in signals_for(self.dialect).items():
+                if sdef.op in GAUGE_OPS and name in signals and signals[name].present:
+                    signals[name] = signals[name].model_copy(update={"value": None, "missing": NOT_SAMPLED})
         _missing.fill(signals, self.dialect.engine, None, window)
         return signals

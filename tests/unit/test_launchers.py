@@ -350,3 +350,36 @@ def test_a_replica_port_held_by_someone_else_is_refused_by_name(tmp_path, cleanu
     with pytest.raises(LaunchError, match=rf"port {cport + 1} \(candidate_port \+ 1, for the candidate's replica 2\) "
                                           "is held by pid"):
         lau.preflight()
+
+
+def test_a_candidate_killed_as_its_arm_comes_up_is_said_to_have_died_not_taken_for_a_stranger(
+        tmp_path, cleanup, monkeypatch):
+    """SIGKILL tears an engine down in steps: for a few milliseconds its listening socket outlives
+    the pid that named it, and the port reads as held by a process nobody can see. A CI run aborted
+    with "port N is held by a process the advisor cannot see" for the candidate it had just lost."""
+    from advisor.experiments.arms import local
+    from advisor.experiments.arms.processes import UNSEEN
+
+    port, cport = free_port(), free_port()
+    cleanup += [port, cport]
+    dep = deployment("parallel", port, cport)
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e9", tmp_path / "logs")
+    lau.bring_up("candidate")
+    lau.bring_up("baseline")
+    pid, real = listener(cport), local.holder
+
+    def dying(p: int):
+        # The kill lands after bring_up's first died check, and the port is read in that moment.
+        if p != cport:
+            return real(p)
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        return UNSEEN
+
+    monkeypatch.setattr(local, "holder", dying)
+    with pytest.raises(LaunchError, match=r"candidate engine \(pid \d+\) died between its blocks"):
+        lau.bring_up("candidate")
+    monkeypatch.undo()
+    lau.restore()

@@ -27,6 +27,9 @@ from advisor.experiments.arms.processes import (
 from advisor.experiments.arms.protocol import LaunchError, stop_recorded
 from advisor.experiments.design.deployment import Deployment
 
+# How long a port that looks held by nobody's process is read again (an engine of ours being killed).
+SETTLE_S = 1.0
+
 
 class LocalLauncher:
     """Engine processes on this host. Sequential arms share the target port (the candidate replaces
@@ -247,21 +250,36 @@ class LocalLauncher:
     def _keys(self, arm: str) -> list[str]:
         return [k for k in self.started if k.split("/")[0] == arm]
 
-    def bring_up(self, arm: str) -> str:
-        url = self.url(arm)
+    def _raise_if_died(self, arm: str) -> None:
         for key in self._keys(arm):
             # Started and never stopped by us, and gone: it died while the other arm ran. Starting it
             # again would hide the failure, and a fresh engine is not the arm that ran the blocks.
             rec = self.started[key]
             if not rec.alive():
                 raise LaunchError(f"the {_named(key)} engine (pid {rec.pid}) died between its blocks")
+
+    def _settled_holder(self, arm: str) -> ProcessRecord | None:
+        """Who holds the arm's port, read again for a moment when it looks like nobody's: an engine
+        of ours that is being killed keeps its listening socket for a few milliseconds after its pid
+        stops naming it, and would be taken for a stranger's process."""
+        now = self._holder(arm)
+        deadline = time.monotonic() + SETTLE_S
+        while now is not None and self._whose(now) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            self._raise_if_died(arm)
+            now = self._holder(arm)
+        return now
+
+    def bring_up(self, arm: str) -> str:
+        url = self.url(arm)
+        self._raise_if_died(arm)
         if self.spec.arms == "sequential":  # the other arm's further replicas would outlive its switch
             other = "candidate" if arm == "baseline" else "baseline"
             for key in self._keys(other):
                 if "/" in key:
                     self._stop_mine(key)
         start: list[int] = []
-        now = self._holder(arm)
+        now = self._settled_holder(arm)
         if now is not None:
             whose = self._whose(now)
             if not ((whose == arm or (arm == "baseline" and whose == "found")) and healthy(url, self.spec.health_path)):
