@@ -4,8 +4,10 @@ No Kubernetes API server can be installed here, so the cluster is the stand-in o
 tests/support/kube_standin.py: a real HTTP API server (lightkube talks to it as to a cluster) whose
 kubelet runs each pod's container as a local process at its own 127.X.Y.N address, the vLLM image
 mapped to the engine venv's vLLM (it appends `--host <pod IP>`, which a real kubelet does not). The
-launcher creates the arms through the API, waits for the pods' readiness probes, reaches them at
-their pod IPs and deletes them; the target's own pod is recorded as serving (no process), since the
+launcher creates the arms through the API, waits for the pods' readiness probes, reaches them
+through the API server's pods proxy (reach: pods-proxy, as an advisor outside the cluster does: the
+stand-in's proxy carries the streamed completions, /metrics and /tokenize; pod IPs are the
+integration tests' path) and deletes them; the target's own pod is recorded as serving (no process), since the
 arms are fresh and the experiment never sends it a request. What only a live cluster can show
 (image pulls, real scheduling and networking, GPUs) is listed in the README."""
 
@@ -55,7 +57,7 @@ def test_max_num_seqs_2_to_8_on_two_fresh_arms_cloned_from_a_deployment(tmp_path
             "name": "vllm-tiny", "engine": "vllm", "model": "tiny-llama", "launcher": "kubernetes",
             "kubernetes": {"workload": "deployment/vllm-tiny", "namespace": NS, "container": "vllm", "port": 8000,
                            "kubeconfig": str(k.write_kubeconfig(tmp_path / "kubeconfig", namespace=NS)),
-                           "start_timeout_s": 300}}))
+                           "start_timeout_s": 300, "reach": "pods-proxy"}}))
         r = runner.invoke(app, ["experiment", "--deployment", str(spec), "--mechanism", "max_num_seqs", "--value", "8",
                                 "--readout", "ttft_p50", "--concurrency", "8", "--blocks", "4", "--block-requests", "16",
                                 "--output", "json"])
@@ -72,6 +74,8 @@ def test_max_num_seqs_2_to_8_on_two_fresh_arms_cloned_from_a_deployment(tmp_path
         server = {row["signal"]: row for row in out["server"]}
         running = server["requests_running_avg"]
         assert running["baseline"] <= 2.01 and running["candidate"] <= 8.01, out["server"]
+        proxied = {a.name for a in k.audit if a.resource == "pods/proxy"}
+        assert len(proxied) == 2 and not any(n == "vllm-tiny" for n in proxied), proxied
         print(f"\nkubernetes max_num_seqs 2 -> 8: ratio {out['ratio']:.3g} CI {out['ci']}: {out['verdict']}")
         k8s = out["manifest"]["kubernetes"]
         assert k8s["candidate"]["argv"][-2:] == ["--max-num-seqs", "8"]

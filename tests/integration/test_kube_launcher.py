@@ -172,6 +172,56 @@ def test_an_experiment_runs_on_two_fresh_arms_no_service_selects_and_leaves_noth
     untouched(cluster, before)
 
 
+def test_from_outside_the_cluster_the_arms_are_reached_through_the_pods_proxy(cluster, tmp_path, isolated_store):
+    """reach: pods-proxy, for an advisor whose network does not route pod IPs: every request to an arm
+    (health, configuration, /metrics, the load's streamed completions) goes through the API server's
+    pods proxy with the kubeconfig's token, to the arms' pods only, and nothing is left listening."""
+    import psutil
+
+    before = seed(cluster, target(), serving=True)
+    wait_for(lambda: [p for p in cluster.objects("pods", NS) if p["status"].get("podIP")], what="the target's pod")
+    listening = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    r = experiment(spec_file(cluster, tmp_path, reach="pods-proxy"), "--blocks", "2", "--block-requests", "8",
+                   "--fixed", "--output", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["status"] == "finished" and out["baseline_restored"], out.get("aborted")
+    assert all(b["ok"] == b["requests"] == 8 for b in out["blocks"]), [(b["ok"], b["requests"]) for b in out["blocks"]]
+    # Streamed through both hops token by token, not buffered until the end of each answer.
+    assert all(b["ttft_p50"] < b["e2e_p95"] / 4 and b["tpot_p50"] < 0.05 for b in out["blocks"]), \
+        [(b["ttft_p50"], b["tpot_p50"], b["e2e_p95"]) for b in out["blocks"]]
+    proxied = [a for a in cluster.audit if a.resource == "pods/proxy"]
+    arms = {a.name for a in proxied}
+    assert len(arms) == 2 and all(n.startswith(("vllm-advisor-", "vllm-")) for n in arms), arms
+    target_pods = {p["metadata"]["name"] for p in cluster.objects("pods", NS)
+                   if (p["metadata"].get("labels") or {}).get("app") == "vllm"}
+    assert not arms & target_pods, "only the arms' pods are reached"
+    verbs = {a.verb for a in proxied}
+    assert verbs == {"get", "create"}, verbs  # GET /health, /metrics...; POST /v1/completions
+    paths = {a.path.split("/proxy", 1)[1] for a in proxied}
+    assert {"/health", "/metrics"} <= paths and paths & {"/v1/completions", "/v1/chat/completions"}, paths
+    assert all(rq.code in (200, None) for rq in cluster.requests if "/proxy/" in rq.path and "completions" in rq.path)
+    now = {c.laddr.port for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN
+           and c.pid == os.getpid()}
+    assert not (now - listening), "the relays are closed"
+    assert not left_behind(cluster)
+    untouched(cluster, before)
+
+
+def test_a_pods_proxy_the_advisor_may_not_use_is_one_line_and_both_arms_go(tmp_path, isolated_store):
+    nodes = [node("gpu-1", gpus=3, labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})]
+    with KubeStandIn(nodes=nodes, images=IMAGES, forbid={("create", "pods/proxy")}, cwd=ROOT,
+                     namespaces=(NS,)) as k:
+        before = seed(k, target())
+        r = experiment(spec_file(k, tmp_path, reach="pods-proxy"), "--blocks", "2", "--block-requests", "8")
+        assert r.exit_code == 2, r.output
+        [line] = [x for x in r.output.splitlines() if "pods/proxy" in x]
+        assert "needs to create pods/proxy in namespace llm" in line and "nothing was created" in line, r.output
+        assert not [a for a in k.audit if a.verb == "create" and a.resource != "selfsubjectaccessreviews"]
+        assert not left_behind(k)
+        untouched(k, before)
+
+
 def test_no_room_for_both_arms_is_refused_with_the_numbers_before_anything_is_created(cluster, tmp_path,
                                                                                       isolated_store):
     before = seed(cluster, target(gpus=2))  # the target's pod holds two of the node's three GPUs

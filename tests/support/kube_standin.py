@@ -25,6 +25,13 @@ What it emulates
 - Label selectors (`=`, `==`, `!=`, exists, `!k`, `in`, `notin`, `>`, `<`) and field selectors
   (`metadata.name`, `metadata.namespace`, `spec.nodeName`, `status.phase`, `involvedObject.*`, ...);
   `limit`/`continue` paging.
+- The pods proxy (`/api/v1/namespaces/NS/pods/NAME[:PORT]/proxy/PATH`), authorized as the
+  `pods/proxy` subresource: the request goes to the pod IP without its Authorization header (the
+  real authentication filter deletes it), and the answer comes back as Go's ReverseProxy relays it
+  (text/event-stream and bodies of unknown length flushed piece by piece). Not emulated: the real
+  one's Go HTTP stack, TLS to the API server, and the network between the client, the API server
+  and the node; WebSocket upgrades through it.
+- SelfSubjectAccessReview (`kubectl auth can-i`), answered from the forbid list below.
 - Bearer-token authentication (401 without the kubeconfig's token) and authorization by a deny
   list: `forbid={(verb, resource)}` answers 403 Forbidden with the real message form.
 - Deletion: grace periods (pods stay listed, with deletionTimestamp, until their processes are
@@ -2079,6 +2086,12 @@ def _route(path: str) -> _Route | None:
 
 
 _NO_SUCH = ApiFailure(404, "NotFound", "the server could not find the requested resource", {})
+_PODS_PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/:]+)(?::(?P<port>[^/]+))?/proxy"
+                         r"(?P<rest>/.*)?$")
+# What the API server does not pass on to the pod: its own credentials (the authentication filter
+# deletes Authorization once it has authenticated the request) and hop-by-hop headers.
+_NOT_PROXIED = {"authorization", "host", "connection", "keep-alive", "transfer-encoding", "content-length",
+                "proxy-connection", "upgrade", "te", "trailer"}
 _METRICS_POD = re.compile(r"^/apis/metrics\.k8s\.io/v1beta1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$")
 
 
@@ -2086,6 +2099,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 60
     standin: KubeStandIn  # set on the subclass each stand-in makes
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and each streamed piece are small separate writes: with Nagle's algorithm on, each
+        # waits for the client's delayed ACK (40 ms), which would read as time to the first token.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass
@@ -2112,10 +2131,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.standin.requests.append(record)
         try:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            proxy = _PODS_PROXY.match(url.path)
+            if proxy:  # the body is the pod's business, not a Kubernetes object
+                code, body = self.standin.api.proxy_pod(method, proxy, url.query, raw, self.headers, self)
+                record.code = code
+                if body is not _STREAMED:
+                    self._send(code, body)
+                return
             record.body = self._decode(raw)
             metrics = _METRICS_POD.match(url.path) if method == "GET" else None
             if metrics:
                 code, body = self.standin.pod_metrics_answer(metrics["ns"], metrics["name"])
+            elif method == "POST" and url.path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":
+                code, body = self.standin.api.access_review(record.body, self.headers)
             else:
                 code, body = self.standin.api.handle(method, url.path, query, record.body, self.headers, self)
         except ApiFailure as e:
@@ -2211,6 +2239,78 @@ class _Api:
             return "get" if named or route is None or route.res is None else "list"
         return {"POST": "create", "PUT": "update", "PATCH": "patch",
                 "DELETE": "delete" if named else "deletecollection"}[method]
+
+    def access_review(self, body: Any, headers: Mapping) -> tuple[int, dict]:
+        """A SelfSubjectAccessReview (`kubectl auth can-i`): allowed unless the forbid list denies it."""
+        self._authenticate(headers)
+        attrs = ((body or {}).get("spec") or {}).get("resourceAttributes") or {}
+        verb, plural, sub = attrs.get("verb", ""), attrs.get("resource", ""), attrs.get("subresource") or ""
+        rbac = f"{plural}/{sub}" if sub else plural
+        self.s.audit.append(AuditEntry("create", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                                       "selfsubjectaccessreviews", None, None))
+        denied = any(v in (verb, "*") and r in (rbac, "*") for v, r in self.s.forbid)
+        status = {"allowed": not denied}
+        if not denied:
+            status["reason"] = 'RBAC: allowed by the stand-in (nothing in its forbid list)'
+        return 201, {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                     "metadata": {"creationTimestamp": None}, "spec": (body or {}).get("spec") or {}, "status": status}
+
+    def proxy_pod(self, method: str, m: re.Match, query: str, raw: bytes, headers: Mapping,
+                  handler: _Handler) -> tuple[int, Any]:
+        """The pods proxy (`pods/NAME[:PORT]/proxy/PATH`): authenticated and authorized as the
+        `pods/proxy` subresource (GET is get, POST create, ...), then the request goes to the pod's
+        IP and port, and the answer comes back as Go's ReverseProxy relays it: a text/event-stream
+        or a body of unknown length flushed as each piece arrives, the rest whole."""
+        ns, name, port, rest = m["ns"], m["name"], m["port"], m["rest"] or "/"
+        verb = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete"}.get(method, "get")
+        self.s.audit.append(AuditEntry(verb, m.group(0), "pods/proxy", ns, name))
+        self._authenticate(headers)
+        self._authorize(verb, _Route(PODS, ns, name, "proxy"))
+        pod = self.store.get(PODS, ns, name)
+        if pod is None:
+            raise not_found(PODS, name)
+        ip = pod.get("status", {}).get("podIP")
+        if not ip:
+            raise ApiFailure(503, "ServiceUnavailable", "address not allowed")
+        target = int(port) if port and port.isdigit() else next(
+            (p.get("containerPort") for c in pod["spec"].get("containers", []) for p in c.get("ports", [])
+             if not port or p.get("name") == port), 80)
+        conn = http.client.HTTPConnection(ip, target, timeout=600)
+        try:
+            conn.request(method, rest + (f"?{query}" if query else ""), body=raw or None,
+                         headers={k: v for k, v in headers.items() if k.lower() not in _NOT_PROXIED})
+            answer = conn.getresponse()
+        except OSError as e:
+            conn.close()
+            why = "connect: connection refused" if isinstance(e, ConnectionRefusedError) else str(e)
+            raise ApiFailure(503, "ServiceUnavailable",
+                             f"error trying to reach service: dial tcp {ip}:{target}: {why}") from None
+        try:
+            kind = (answer.getheader("Content-Type") or "").split(";")[0].strip()
+            length = answer.getheader("Content-Length")
+            handler.send_response(answer.status)
+            for k, v in answer.getheaders():
+                if k.lower() not in _NOT_PROXIED:
+                    handler.send_header(k, v)
+            if kind != "text/event-stream" and length is not None:
+                data = answer.read()
+                handler.send_header("Content-Length", str(len(data)))
+                handler.end_headers()
+                handler.wfile.write(data)
+                return answer.status, _STREAMED
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            try:
+                while piece := answer.read1(65536):
+                    handler.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    handler.wfile.flush()
+                handler.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):  # the client went away: so does the pod's request
+                handler.close_connection = True
+            return answer.status, _STREAMED
+        finally:
+            conn.close()
 
     def _authenticate(self, headers: Mapping) -> None:
         if (headers.get("Authorization") or "") != f"Bearer {self.s.token}":

@@ -15,7 +15,7 @@ crash loop, OOMKilled) ends the experiment with one line quoting the pod's statu
 (kube_failures.py), and the arms are deleted on every exit path.
 
 The advisor reaches an arm at its pod IP (it runs in the cluster, or on a network that routes pod
-IPs); reaching pods through the API server (port-forward, the pods proxy) is not built.
+IPs), or through the API server's pods proxy from outside the cluster (kube_reach.py).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from advisor.experiments.arms import arm_check, kube_clone, kube_failures, kube_
 from advisor.experiments.arms.engine_state import observe_url
 from advisor.experiments.arms.journal import Journal
 from advisor.experiments.arms.kube_api import Kube, KubeError
+from advisor.experiments.arms.kube_reach import PodRelay
 from advisor.experiments.arms.processes import Resident
 from advisor.experiments.arms.protocol import LaunchError
 from advisor.experiments.design.deployment import Deployment, KubernetesSpec
@@ -106,6 +107,7 @@ class KubeLauncher:
         self.manifests: dict[str, dict] = {}
         self.created: list[dict] = []  # {kind, name, namespace, uid}, the owner first
         self.ready: dict[str, list[dict]] = {}  # arm -> its pods when they became ready
+        self._relays: dict[str, PodRelay] = {}  # pod uid -> its relay (reach: pods-proxy)
         self.info: dict = {}
 
     @property
@@ -144,6 +146,12 @@ class KubeLauncher:
         why = kube_room.refusal(nodes, pods, pod_spec, arms=sum(self.replicas.values()), quotas=quotas)
         if why:
             raise LaunchError(f"no room for the experiment's arms in the cluster: {why}; nothing was created")
+        if self.spec.reach == "pods-proxy":
+            for verb in ("get", "create"):  # GET /health, /metrics; POST the load's completions
+                if self.kube.can_i(verb, "pods", "proxy") is False:
+                    raise LaunchError(f"reach: pods-proxy needs to {verb} pods/proxy in namespace {self.spec.namespace}, "
+                                      "which the advisor may not (deploy/kubernetes/advisor-rbac.yaml); or run the "
+                                      "advisor in the cluster with reach: pod-ip; nothing was created")
         meta = self.target["metadata"]
         self.info = {"cluster_version": self._api(self.kube.version), "target": self.spec.workload,
                      "namespace": self.spec.namespace, "target_generation": meta.get("generation")}
@@ -260,7 +268,19 @@ class KubeLauncher:
                                    *self.args[arm]]}
 
     def _pod_url(self, pod: dict) -> str:
+        if self.spec.reach == "pods-proxy":
+            uid = pod["metadata"]["uid"]
+            if uid not in self._relays:
+                self._relays[uid] = PodRelay(self.kube, pod["metadata"]["name"], self.spec.port)
+            return self._relays[uid].url
         return f"http://{pod['status']['podIP']}:{self.spec.port}"
+
+    def _close_relays(self, pods: list[dict] | None = None) -> None:
+        uids = list(self._relays) if pods is None else [p["metadata"]["uid"] for p in pods]
+        for uid in uids:
+            relay = self._relays.pop(uid, None)
+            if relay is not None:
+                relay.close()
 
     def url(self, arm: str) -> str:
         return self.urls(arm)[0]
@@ -294,11 +314,12 @@ class KubeLauncher:
         name = self.manifests[arm]["metadata"]["name"]
         kind = self.manifests[arm]["kind"].lower()
         self._api(lambda: self.kube.delete(kind, name, self.spec.namespace))
-        self.ready.pop(arm, None)
+        self._close_relays(self.ready.pop(arm, []))
 
     def restore(self) -> str | None:
         """Deletes every object it created (the arms, then the owner) and waits for their pods to go;
         the target, only read, is checked unchanged by anyone else."""
+        self._close_relays()  # nothing is measured after this
         if not self.created:
             return f"nothing was created; {self.spec.workload} was only read"
         gone = delete_created(self.kube, self.created)
@@ -336,6 +357,7 @@ class KubeLauncher:
         return Resident(rss=total) if self.ready.get(arm) else Resident()
 
     def close(self) -> None:
+        self._close_relays()
         if self._kube is not None:
             self._kube.close()
 

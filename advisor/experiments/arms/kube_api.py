@@ -7,7 +7,7 @@ build is refused before it reaches a server), it runs on httpx like the rest of 
 TLS, proxy and timeout story), it reads kubeconfig files, contexts and the in-cluster service
 account the way kubectl does, and it imports in about 60 ms. The official client is generated,
 synchronous on urllib3 and imports in over a second; kr8s has port-forwarding, which the launcher
-does not use (arms are reached at their pod IPs).
+does not use (arms are reached at their pod IPs, or through the pods proxy: kube_reach.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Kube:
 
     def __init__(self, namespace: str, kubeconfig: str | None = None, context: str | None = None,
                  timeout: float = 15.0):
-        self.namespace = namespace
+        self.namespace, self._timeout = namespace, timeout
         try:
             config = KubeConfig.from_file(Path(kubeconfig).expanduser()) if kubeconfig else KubeConfig.from_env()
             single = config.get(context)
@@ -114,6 +114,40 @@ class Kube:
         except (ValueError, TypeError, AttributeError, ArithmeticError):
             return None, "the metrics API's answer for the pod is not PodMetrics"
         return None, f"the metrics API has no container {container} in pod {pod}"
+
+    def can_i(self, verb: str, resource: str, subresource: str = "", group: str = "") -> bool | None:
+        """`kubectl auth can-i`: whether this client may do verb on resource in its namespace, by a
+        SelfSubjectAccessReview (which every authenticated user may create); None when the answer
+        cannot be had (the caller then learns it from the first refusal)."""
+        http = self._client._client._client
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                  "spec": {"resourceAttributes": {"namespace": self.namespace, "verb": verb, "group": group,
+                                                  "resource": resource, "subresource": subresource}}}
+        try:
+            r = http.post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", json=review)
+            if r.status_code not in (200, 201):
+                return None
+            allowed = (r.json().get("status") or {}).get("allowed")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return allowed if isinstance(allowed, bool) else None
+
+    def pod_proxy(self, method: str, pod: str, port: int, target: str, headers: Mapping[str, str],
+                  body: bytes | None, read_timeout_s: float) -> httpx.Response:
+        """A request to a pod's port through the API server's pods proxy
+        (`pods/NAME:PORT/proxy/PATH`), sent with this client's credentials and answered as a stream
+        (the caller closes it). target: the path and query as the pod should see them. KubeError
+        when the API server cannot be reached; its own refusals (403, the pod unreachable: 503)
+        come back as answers, to be passed on."""
+        http = self._client._client._client
+        url = f"/api/v1/namespaces/{self.namespace}/pods/{pod}:{port}/proxy{target}"
+        try:
+            request = http.build_request(method, url, headers=dict(headers), content=body,
+                                         timeout=httpx.Timeout(self._timeout, read=read_timeout_s))
+            return http.send(request, stream=True)
+        except (httpx.HTTPError, AttributeError) as e:
+            raise KubeError(f"cannot reach pod {pod} through the Kubernetes API at {self.server}: "
+                            f"{escape.one_line(str(e) or type(e).__name__, 200)}") from None
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
         res = RESOURCES[kind]

@@ -207,7 +207,12 @@ def serving_pids(url: str) -> set[int]:
     u = urlsplit(url)
     if u.hostname not in ("127.0.0.1", "localhost", "::1"):
         return set()
-    return {p.pid for p in _tree(u.port or (443 if u.scheme == "https" else 80))}
+    tree = _tree(u.port or (443 if u.scheme == "https" else 80))
+    # The advisor itself serving it: a relay to an arm elsewhere (a pod through the API server),
+    # whose process tree is the advisor's and its load generator's, not the engine's.
+    if tree and tree[0].pid == os.getpid():
+        return set()
+    return {p.pid for p in tree}
 
 
 def resident_bytes(port: int, files: tuple[str, ...] = ()) -> Resident:

@@ -140,10 +140,12 @@ class KubernetesSpec(_Strict):
     namespace: str = Field(default="default", description="the target's namespace (the arms are created there)")
     container: str = Field(description="the engine container's name in the pod template")
     port: Port = Field(description="the port the engine container serves on")
-    reach: Literal["pod-ip"] = Field(
+    reach: Literal["pod-ip", "pods-proxy"] = Field(
         default="pod-ip",
         description="how the advisor reaches an arm: pod-ip (it runs in the cluster, or on a network that routes "
-                    "pod IPs); through the API server (port-forward, the pods proxy) is not built")
+                    "pod IPs), or pods-proxy (through the API server's pods proxy, with the kubeconfig's "
+                    "credentials: from outside the cluster; every request crosses the API server, and an engine "
+                    "started with --api-key cannot be reached this way)")
     kubeconfig: str | None = Field(default=None, description="default: the in-cluster service account, then "
                                    "$KUBECONFIG, then ~/.kube/config")
     context: str | None = Field(default=None, description="a context of the kubeconfig (default: its current one)")
