@@ -22,7 +22,7 @@ from probes.snapshot import EngineInfo, Signal
 
 
 # The caller's load starts right after start(): sampled this soon, a short block has its gauges read.
-FIRST_AFTER_S = 0.1
+FIRST_AFTER_S = 0.25
 
 
 NOT_SAMPLED = "not sampled while the load ran (the window ended before a scrape inside it)"

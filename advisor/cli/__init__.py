@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover
     from click import exceptions as _usage
 
 from advisor import interrupts
-from advisor.cli import deployment, diagnose, experiment, load, model, probe, report, rules, serve  # noqa: F401  (registration)
+from advisor.cli import capacity, deployment, diagnose, experiment, load, model, probe, report, rules, serve  # noqa: F401  (registration)
 from advisor.cli._app import app, debug_enabled
 from advisor.cli._common import EXIT_FAILED, EXIT_INTERNAL, err
 from advisor.errors import AdvisorError

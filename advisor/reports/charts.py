@@ -184,3 +184,46 @@ def evidence(rows: Sequence[tuple[str, float, float]], title: str) -> Markup:
     ax.set_xlabel("value / threshold (1 = at the threshold)")
     ax.set_title(_label(title), loc="left", fontsize=9)
     return _svg(fig, "evidence: " + title)
+
+
+@charted
+def attainment(series: dict[str, Sequence[tuple[float, float | None, str]]], targets: dict[str, float],
+               interval: tuple[float | None, float | None], estimate: float | None) -> Markup:
+    """The attainment curve of a capacity search: per objective (label -> points of (rate, share,
+    outcome)), the share of requests within it against the rate, each trial a point (pass filled,
+    fail crossed, unclear hollow), its target share dashed, and the capacity's interval shaded."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    colors = itertools.cycle(["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b2"])
+    rates = [r for pts in series.values() for r, s, _ in pts if s is not None]
+    for label, pts in series.items():
+        color = next(colors)
+        shown = sorted((r, s, o) for r, s, o in pts if s is not None)
+        if not shown:
+            continue
+        ax.plot([p[0] for p in shown], [p[1] for p in shown], "-", color=color, linewidth=1, alpha=0.6)
+        for outcome, marker, face in (("pass", "o", color), ("unclear", "o", "none"), ("fail", "x", color)):
+            sel = [p for p in shown if p[2] == outcome]
+            if sel:
+                ax.plot([p[0] for p in sel], [p[1] for p in sel], marker, color=color, markerfacecolor=face,
+                        linestyle="none")
+        ax.axhline(targets[label], color=color, linestyle="--", linewidth=1)
+        ax.plot([], [], "-", color=color, label=_label(label))
+    lo, hi = interval
+    if lo is not None and hi is not None:
+        ax.axvspan(lo, hi, color="#dddddd", alpha=0.7, linewidth=0, label="capacity interval")
+    if estimate:
+        ax.axvline(estimate, color="#333333", linewidth=1, label=f"capacity {estimate:.3g}/s")
+    if not rates:
+        ax.text(0.5, 0.5, "no trial has ended yet", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.set_xscale("log")
+        from matplotlib.ticker import FuncFormatter
+
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.legend(frameon=False, fontsize=8, loc="lower left")
+    ax.set_ylim(min([0.5, *[s for pts in series.values() for _, s, _ in pts if s is not None]]) - 0.02, 1.02)
+    ax.set_xlabel("arrival rate, requests/s (log)")
+    ax.set_ylabel("share of requests within the SLO")
+    return _svg(fig, "attainment against the arrival rate")

@@ -25,7 +25,8 @@ class PlannedRequest:
     priority: int | None = None  # sent as the request's priority field (Bucket.priority)
 
 
-def _gaps(w: Workload, rng: random.Random):
+def gaps(w: Workload, rng: random.Random):
+    """Arrival gaps of the workload's open-loop process (its kind, rate and burstiness), drawn from rng."""
     a = w.arrival
     if a.kind == "constant":
         while True:
@@ -52,13 +53,13 @@ def schedule(w: Workload) -> Iterator[PlannedRequest]:
         # Enough requests for the duration at a generous per-slot rate; the runner stops at the
         # deadline. Never more than one load plans: a closed loop that sends them all ends early.
         limit = min(int(w.duration_s * w.arrival.concurrency * 20) + w.arrival.concurrency, MAX_LOAD_REQUESTS)
-    gaps = None if closed else _gaps(w, rng)
+    arrivals = None if closed else gaps(w, rng)
     n = 0
     t = 0.0
     while n < limit:
         at = None
-        if gaps is not None:
-            t += next(gaps) if n else 0.0
+        if arrivals is not None:
+            t += next(arrivals) if n else 0.0
             if w.duration_s is not None and t >= w.duration_s:
                 return
             at = t

@@ -236,8 +236,10 @@ def test_max_num_seqs_lowered_for_a_wide_decode_batch_reads_tpot(tmp_path, isola
         assert r["value"] == "4" and r["primary_metric"] == "tpot p50" and r["manifest"]["direction"] == "down"
         assert flag(r["manifest"]["candidate_argv"], "--max-num-seqs") == "4"
         server = {row["signal"]: row for row in r["server"]}
-        running = server["requests_running_avg"]
-        assert running["candidate"] <= 4.01 < running["baseline"], r["server"]
+        running, waiting = server["requests_running_avg"], server["requests_waiting_avg"]
+        # The candidate never ran more than its 4 slots; the baseline held the 16 in flight, running or,
+        # where its KV cache ran short and it preempted, waiting (one run read 1 running, 11 waiting).
+        assert running["candidate"] <= 4.01 < running["baseline"] + waiting["baseline"], r["server"]
         print(f"\ndecode batch 16 -> 4: TPOT p50 ratio {r['ratio']}, CI {r['ci']}: {r['verdict']}")
         # Measured twice here: improved (ratio 0.69, 95 % CI [0.55, 0.81]); fewer sequences per decode
         # step never made TPOT worse.

@@ -172,10 +172,13 @@ def test_one_replica_against_two_with_the_advisor_s_client_spreading_the_request
         assert x["primary_metric"] == "ttft p50"
         assert x["verdict"] == "improved", (x["ratio"], x["ci"], x["reason"], x["blocks"])
         assert x["ci"][1] < 0.8
-        # Each arm's engines said why: twice the requests running on the candidate's two slots.
+        # Each arm's engines said why: one slot busy on the baseline, up to two on the candidate, whose
+        # second replica takes part of the queue (gauges are sampled: a block of a second has two
+        # samples, and one run read a median of 1.0 running on the candidate).
         server = {row["signal"]: row for row in x["server"]}
-        running = server["requests_running_avg"]
-        assert running["baseline"] <= 1.01 < running["candidate"] <= 2.01, x["server"]
+        running, waiting = server["requests_running_avg"], server["requests_waiting_avg"]
+        assert running["baseline"] <= 1.01 and running["candidate"] <= 2.01, x["server"]
+        assert waiting["candidate"] < waiting["baseline"], x["server"]
         assert listener(base.port) == found and healthy(base.url), "the engine found serving is untouched"
         assert listener(cport) is None and listener(cport + 1) is None, "both candidate replicas stopped"
 

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("diagnosis", {"diagnosis"}),
     ("load", {"loadgen"}),
     ("store", {"store"}),
-    ("experiments", {"experiments"}),
+    ("experiments", {"experiments", "capacity"}),
     ("reports", {"reports", "alerting"}),
     ("services", {"app"}),
     ("schedule", {"schedule"}),

@@ -1,0 +1,165 @@
+"""Capacity at the SLO, as a use case: from a target (or a deployment spec) and a traffic shape, the
+highest arrival rate at which every SLO holds, with its interval, and the plan for a peak. The CLI
+adapts it; nothing else repeats its sequence."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from advisor import net
+from advisor.capacity import search as s
+from advisor.capacity import trials as tr
+from advisor.capacity.result import CapacityResult, ObjectiveRow, plan_peak, points
+from advisor.cost import PriceError, price_for
+from advisor.diagnosis.slo import load_slo
+from advisor.errors import AdvisorError
+from advisor.experiments.design.deployment import load_deployment
+from advisor.loadgen import execute
+from advisor.loadgen.loop import run_load
+from advisor.loadgen.runner import run as run_requests
+from advisor.loadgen.served import context_of, model_of
+from advisor.loadgen.workers import run_workers
+from advisor.settings import get_settings
+
+MAX_RATE = 200.0  # requests per second: the default ceiling of the search
+MIN_RATE = 0.05
+
+
+class CapacityError(AdvisorError, ValueError):
+    """Bad input for a capacity search: one line."""
+
+
+@dataclass(frozen=True)
+class CapacityRequest:
+    target: str | None = None
+    deployment: Path | None = None
+    slo_file: Path | None = None
+    workload_file: Path | None = None
+    from_prom: str | None = None
+    window_s: float = 3600.0
+    model: str | None = None
+    start_rate: float | None = None
+    max_rate: float = MAX_RATE
+    min_rate: float = MIN_RATE
+    width: float = 0.10
+    trial_requests: int | None = None
+    max_duration_s: float | None = None
+    max_requests: int | None = None
+    peak: float | None = None
+    headroom: float = 0.8
+    price_per_hour: str | None = None
+    workers: int = 1
+
+
+def _target(req: CapacityRequest) -> tuple[str, str | None, object | None, str]:
+    """(the URL requests go to, the spec's model, the spec's price, what to call it)."""
+    if bool(req.target) == bool(req.deployment):
+        raise CapacityError("give exactly one of --target (an engine's URL) or --deployment (a deployment spec)")
+    if req.target:
+        return req.target, None, None, req.target
+    dep = load_deployment(req.deployment)
+    if dep.launcher == "kubernetes" and not (dep.kubernetes and dep.kubernetes.url):
+        raise CapacityError(f"{req.deployment}: a Kubernetes target needs kubernetes.url (its Service) to be "
+                            "measured")
+    return dep.baseline_url, dep.model, dep.cost, dep.target_url
+
+
+def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: None) -> CapacityResult:
+    """The search on the live target; CapacityError (or the load generator's errors) in one line."""
+    if sum(x is not None for x in (req.workload_file, req.from_prom)) != 1:
+        raise CapacityError("give exactly one of --workload (a workload YAML) or --from-prom (the deployment's "
+                            "Prometheus: its own traffic shape)")
+    if not 0 < req.width < 0.5:
+        raise CapacityError(f"--width {req.width:g}: expected a relative half-width between 0 and 0.5 (0.1 = +-10 %)")
+    if not 0 < req.headroom <= 1:
+        raise CapacityError(f"--headroom {req.headroom:g}: expected a share of capacity in (0, 1]")
+    if req.min_rate >= req.max_rate:
+        raise CapacityError(f"--min-rate {req.min_rate:g} is not below --max-rate {req.max_rate:g}")
+    url, spec_model, spec_price, shown = _target(req)
+    slo = load_slo(req.slo_file)
+    try:
+        objs = tr.objectives(slo, set(slo.model_fields_set) if req.slo_file else None)
+    except tr.CapacityInputError as e:
+        raise CapacityError(f"{req.slo_file}: {e}") from None
+    size = req.trial_requests or tr.trial_size(objs)
+    warmup = max(10, size // 2)
+    notes = []
+    short = [o for o in objs if s.needed(o.share) > size]
+    if short:
+        notes.append(f"{size} requests per trial cannot show {', '.join(o.label for o in short)} holding (that needs "
+                     f"{max(s.needed(o.share) for o in short)}): those objectives can only break a trial")
+    settings = get_settings()
+    target, http = net.target(url, "engine", "--target")
+    prom, prom_http = net.target(req.from_prom, "prom", "--from-prom") if req.from_prom else (None, None)
+    say(f"preparing {size + warmup} requests of the traffic shape (prompts sized for the target's tokenizer)")
+    job = execute.prepare(target, workload_file=req.workload_file, from_prom=prom, window_s=req.window_s,
+                          model=req.model or spec_model, timeout=settings.timeout, rate=1.0,
+                          model_lookup=lambda t, timeout: model_of(t, http.with_(timeout=timeout)),
+                          context_lookup=lambda t, m, timeout: context_of(t, m, http.with_(timeout=timeout)),
+                          http=http, prom_http=prom_http, duration_s=1.2 * (size + warmup) + 5)
+    job.requests = _enough(job, size + warmup)
+
+    def send(planned, job_):
+        if req.workers > 1:
+            return run_workers(job_.target, planned, job_.prompts, workers=req.workers)
+        return run_load(run_requests(job_.target, planned, job_.prompts))
+
+    live = tr.LiveTrials(job, objs, slo, send, warmup)
+    start = req.start_rate or _start_rate(job, req)
+    limits = s.Limits(start_rate=start, max_rate=req.max_rate, min_rate=req.min_rate, width=req.width,
+                      max_requests=req.max_requests, max_seconds=req.max_duration_s)
+
+    def shown_trial(t):
+        share = ", ".join(f"{o.label.split(' <=')[0]} {t.tallies[o.name].share:.1%}" for o in objs
+                          if o.name in t.tallies and t.tallies[o.name].share is not None)
+        say(f"{t.rate:8.3g} req/s: {t.outcome:8} {share}" + (f" (+{t.extended} extensions)" if t.extended else "")
+            + ("" if t.valid else f" - load generator invalid: {t.why_invalid}"))
+
+    started = datetime.now(timezone.utc)
+    say(f"searching from {start:.3g} requests/s ({size} tallied + {warmup} warmup requests a trial, "
+        f"objectives: {'; '.join(o.label for o in objs)})")
+    answer = s.search(live, objs, limits, on_trial=shown_trial)
+    low_trial = next((t for t in answer.trials if t.rate == answer.low), None)
+    result = CapacityResult(
+        target=shown, model=job.target.model, workload=job.workload.name, started_at=started,
+        objectives=[ObjectiveRow(name=o.name, label=o.label, share=o.share, threshold_s=o.threshold) for o in objs],
+        status=answer.status, level=1 - 2 * limits.alpha, width_goal=req.width, low=answer.low, high=answer.high,
+        estimate=answer.estimate, binding=answer.binding,
+        goodput_at_low=low_trial.goodput_rps if low_trial else None, requests=answer.requests,
+        seconds=answer.seconds, trial_requests=size, warmup_requests=warmup, stopped=answer.stopped,
+        notes=notes, trials=points(answer, objs, limits.alpha))
+    if answer.status == "noise-limited":
+        result.notes.append(f"the interval is wider than +-{req.width:.0%}: near the capacity the trials could "
+                            f"not tell the shares from their targets with {size} requests (and 2 extensions) each")
+    if req.peak is not None:
+        price, units = _price(req, spec_price)
+        result.plan = plan_peak(result, req.peak, req.headroom, *price, units)
+    return result
+
+
+def _enough(job, n: int) -> list:
+    """n requests of the prepared job, repeating its draw where it planned fewer (a short workload)."""
+    reqs = list(job.requests)
+    if not reqs:
+        raise CapacityError("the workload plans no request")
+    return [reqs[i % len(reqs)] for i in range(n)] if len(reqs) < n else reqs[:n]
+
+
+def _start_rate(job, req: CapacityRequest) -> float:
+    """The production rate the Prometheus workload measured, else 1 request/s, within the limits."""
+    rate = job.workload.arrival.rate if req.from_prom and job.workload.arrival.rate else 1.0
+    return min(max(rate, req.min_rate), req.max_rate)
+
+
+def _price(req: CapacityRequest, spec_price) -> tuple[tuple[float | None, str | None], int | None]:
+    try:
+        price = price_for(req.price_per_hour, (spec_price, f"deployment spec {req.deployment}"))
+    except PriceError as e:
+        raise CapacityError(str(e)) from None
+    if price is None:
+        return (None, None), None
+    units = price.spec.accelerators or 1
+    return (price.spec.per_hour, price.spec.currency), units

@@ -1,0 +1,135 @@
+"""What `advisor capacity` answers: the capacity with its interval, every trial as a point of the
+attainment curve, and the plan for a peak."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from advisor.capacity.search import ALPHA, Answer, Objective, bounds
+
+SECONDS_PER_MONTH = 730 * 3600  # the cloud bills' month: 730 hours
+
+
+class ObjectiveRow(BaseModel):
+    name: str
+    label: str
+    share: float = Field(description="the share of requests that must be within")
+    threshold_s: float | None = Field(description="seconds; None for the error rate")
+
+
+class TrialPoint(BaseModel):
+    rate: float = Field(description="planned arrival rate, requests per second")
+    requests: int = Field(description="requests sent, warmup included")
+    seconds: float
+    outcome: str = Field(description="pass, fail or unclear: whether every objective clearly held")
+    decided_by: str | None = Field(description="the objective that broke it, or kept it unclear")
+    extended: int = Field(description="times more requests were added at this rate")
+    valid: bool = Field(description="the load generator kept its schedule")
+    why_invalid: str | None = None
+    shares: dict[str, float | None] = Field(description="per objective: the share of tallied requests within")
+    bounds: dict[str, tuple[float, float]] = Field(description="per objective: one-sided bounds on the share "
+                                                   "(each at 95 %), over the autocorrelation-adjusted count")
+    tallied: dict[str, int]
+    goodput_rps: float | None = None
+    output_tokens_per_s: float | None = None
+
+
+class PeakPlan(BaseModel):
+    peak_rps: float
+    headroom: float = Field(description="the share of capacity a replica is planned to run at, e.g. 0.8")
+    replicas: int = Field(description="at the capacity's estimate")
+    replicas_range: tuple[int, int | None] = Field(description="at the interval's high and low ends (None: "
+                                                   "no upper figure, the capacity's low end is unknown)")
+    per_hour: float | None = None
+    currency: str | None = None
+    units_per_replica: int | None = None
+    monthly_cost: float | None = None
+    monthly_cost_range: tuple[float, float | None] | None = None
+    per_million_output_tokens: float | None = Field(default=None, description="at capacity, per replica")
+
+
+class CapacityResult(BaseModel):
+    target: str
+    model: str
+    workload: str
+    started_at: datetime
+    objectives: list[ObjectiveRow]
+    status: str = Field(description="bounded, noise-limited (bounded, wider than asked), at least (the rate "
+                        "ceiling held), zero (the SLO broke at the floor), partial (a guardrail ended it)")
+    level: float = Field(description="the interval's confidence: each end at 1 - alpha")
+    width_goal: float
+    low: float | None = Field(description="the highest rate that clearly held")
+    high: float | None = Field(description="the lowest rate that clearly broke")
+    estimate: float | None = Field(description="where the binding objective's share crosses its target")
+    binding: str | None = Field(description="the objective that breaks first")
+    goodput_at_low: float | None = Field(default=None, description="requests per second within every SLO, "
+                                         "measured at the highest rate that held")
+    requests: int
+    seconds: float
+    trial_requests: int
+    warmup_requests: int
+    stopped: str | None = None
+    notes: list[str] = []
+    trials: list[TrialPoint]
+    plan: PeakPlan | None = None
+
+    @property
+    def summary(self) -> str:
+        """The answer in one line."""
+        if self.status == "zero":
+            return (f"capacity 0: {self.binding_label} broke even at {self.high:.3g} requests/s, the lowest rate "
+                    "tried")
+        if self.status == "at least":
+            return f"capacity at least {self.low:.3g} requests/s: every SLO held at the rate ceiling"
+        if self.low is None and self.high is None:
+            return f"no capacity measured: {self.stopped or 'no trial decided'}"
+        lo = f"{self.low:.3g}" if self.low is not None else "0"
+        hi = f"{self.high:.3g}" if self.high is not None else "unknown"
+        est = f"{self.estimate:.3g} requests/s, " if self.estimate is not None else ""
+        head = "partial answer: " if self.status == "partial" else ""
+        tail = f" ({self.binding_label} binds first)" if self.binding else ""
+        return f"{head}capacity {est}{self.level:.0%} interval [{lo}, {hi}]{tail}"
+
+    @property
+    def binding_label(self) -> str:
+        return next((o.label for o in self.objectives if o.name == self.binding), self.binding or "an SLO")
+
+
+def points(answer: Answer, objs: list[Objective], alpha: float = ALPHA) -> list[TrialPoint]:
+    return [TrialPoint(rate=t.rate, requests=t.requests, seconds=t.seconds, outcome=t.outcome,
+                       decided_by=t.decided_by, extended=t.extended, valid=t.valid, why_invalid=t.why_invalid,
+                       shares={o.name: t.tallies[o.name].share for o in objs if o.name in t.tallies},
+                       bounds={o.name: bounds(t.tallies[o.name], alpha) for o in objs if o.name in t.tallies},
+                       tallied={o.name: t.tallies[o.name].n for o in objs if o.name in t.tallies},
+                       goodput_rps=t.goodput_rps, output_tokens_per_s=t.output_tokens_per_s)
+            for t in answer.trials]
+
+
+def plan_peak(result: CapacityResult, peak: float, headroom: float, per_hour: float | None = None,
+              currency: str | None = None, units: int | None = None) -> PeakPlan:
+    """Replicas for a peak at `headroom` of the measured capacity per replica: at the estimate, and
+    over the interval (its high end needs the fewest, its low end the most); with a price, what
+    they cost a month and what a million output tokens cost at capacity."""
+    def need(cap: float | None) -> int | None:
+        if cap is None or cap <= 0:
+            return None
+        return max(1, math.ceil(peak / (cap * headroom)))
+
+    est = result.estimate if result.estimate else result.low
+    n = need(est) or 0
+    hi_n = need(result.low)
+    lo_n = need(result.high) or n
+    plan = PeakPlan(peak_rps=peak, headroom=headroom, replicas=n, replicas_range=(lo_n, hi_n))
+    if per_hour is not None and units:
+        hourly = per_hour * units
+        plan.per_hour, plan.currency, plan.units_per_replica = per_hour, currency, units
+        plan.monthly_cost = n * hourly * SECONDS_PER_MONTH / 3600
+        plan.monthly_cost_range = (lo_n * hourly * SECONDS_PER_MONTH / 3600,
+                                   hi_n * hourly * SECONDS_PER_MONTH / 3600 if hi_n else None)
+        at = next((t for t in result.trials if t.rate == result.low and t.output_tokens_per_s), None)
+        if at is not None:
+            plan.per_million_output_tokens = hourly / 3600 / at.output_tokens_per_s * 1e6
+    return plan

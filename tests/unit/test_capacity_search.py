@@ -1,0 +1,118 @@
+"""The capacity search on simulated deployments whose true capacity is known (advisor/capacity/
+simulated.py: slots in front of a FIFO queue; the truth read from one long run per rate): how often
+its interval covers the truth, what it costs in requests, and its answers at the edges (a ceiling
+that holds, a floor that breaks, a budget spent)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from advisor.capacity import search as s
+from advisor.capacity.result import CapacityResult, ObjectiveRow, TrialPoint, plan_peak
+from advisor.capacity.simulated import Queue
+from advisor.capacity.trials import CapacityInputError, objectives, tallies
+from advisor.diagnosis.slo import SLO
+from advisor.loadgen.record import RequestRecord
+
+TTFT = s.Objective("ttft_p95", 0.95, 1.0, "TTFT p95 <= 1 s")
+# (slots, service-time spread): a sharp knee (8 slots, even service), a middling one, one slot with
+# a heavy tail.
+SHAPES = [(8, 0.3), (4, 0.5), (1, 0.8)]
+SEEDS = 80
+TALLIED, WARMUP = 200, 100  # trials.trial_size's default and its warmup
+
+
+def run_search(q: Queue, seed: int, **limits) -> s.Answer:
+    rng = random.Random(seed)
+    lim = {"start_rate": 0.5, "max_rate": 100.0, "min_rate": 0.01, **limits}
+    return s.search(lambda r: q.trial(r, TALLIED, WARMUP, TTFT, rng), [TTFT], s.Limits(**lim))
+
+
+@pytest.mark.parametrize("slots,sigma", SHAPES)
+def test_the_interval_covers_the_true_capacity_at_its_stated_rate(slots, sigma):
+    q = Queue(slots=slots, sigma=sigma)
+    truth = q.true_capacity(TTFT)
+    answers = [run_search(q, seed) for seed in range(SEEDS)]
+    covered = sum((a.low or 0) <= truth <= (a.high or math.inf) for a in answers) / SEEDS
+    errors = sorted(abs(a.estimate / truth - 1) for a in answers)
+    requests = sum(a.requests for a in answers) / SEEDS
+    print(f"\n{slots} slots, sigma {sigma}: truth {truth:.3g}/s, coverage {covered:.0%} (stated 90 %), "
+          f"estimate within {errors[SEEDS // 2]:.1%} (median) / {errors[int(SEEDS * 0.9)]:.1%} (p90), "
+          f"{requests:.0f} requests per answer")
+    assert covered >= 0.85, covered
+    assert errors[SEEDS // 2] < 0.10
+    assert all(a.status in ("bounded", "noise-limited") for a in answers)
+
+
+def test_a_deployment_that_holds_at_the_ceiling_is_at_least_the_ceiling():
+    a = run_search(Queue(slots=8, sigma=0.3), 1, max_rate=2.0)
+    assert a.status == "at least" and a.low == 2.0 and a.high is None and a.estimate == 2.0
+
+
+def test_a_deployment_that_breaks_at_the_floor_has_capacity_zero_said_not_raised():
+    slow = Queue(slots=1, mean_service_s=20.0, sigma=0.3)  # every request takes 20 s: TTFT 2 s at best
+    a = run_search(slow, 1, start_rate=0.05, min_rate=0.01)
+    assert a.status == "zero" and a.low is None and a.high == 0.01 and a.estimate == 0.0
+    assert a.binding == "ttft_p95"
+
+
+def test_a_spent_budget_is_a_partial_answer_with_what_is_known():
+    a = run_search(Queue(slots=4, sigma=0.5), 3, max_requests=1500)
+    assert a.status == "partial" and "request budget" in a.stopped
+    assert a.requests >= 1500 and a.low is not None  # what held so far is kept, with the break unknown or found
+
+
+def test_the_search_reuses_unclear_trials_by_extending_them():
+    a = run_search(Queue(slots=4, sigma=0.5), 0)
+    extended = [t for t in a.trials if t.extended]
+    assert extended and all(t.tallies["ttft_p95"].n > TALLIED for t in extended)
+
+
+def test_a_queue_s_correlation_is_counted_even_when_every_request_met_the_objective():
+    q = Queue(slots=8, sigma=0.3)
+    busy = q.trial(6.5, 300, 100, TTFT, random.Random(4)).tallies["ttft_p95"]
+    idle = q.trial(1.0, 300, 100, TTFT, random.Random(4)).tallies["ttft_p95"]
+    assert busy.tau > 3 * idle.tau, (busy.tau, idle.tau)
+
+
+def test_an_slo_file_without_a_latency_slo_gives_nothing_to_search_for():
+    with pytest.raises(CapacityInputError, match="sets no latency SLO"):
+        objectives(SLO(error_rate=0.02), {"error_rate"})
+    names = [o.name for o in objectives(SLO(ttft_p95=0.5, error_rate=0.02), {"ttft_p95", "error_rate"})]
+    assert names == ["ttft_p95", "error_rate"]
+    everything = objectives(SLO(), None)
+    assert [(o.name, o.share) for o in everything] == [("ttft_p95", 0.95), ("tpot_p95", 0.95), ("e2e_p99", 0.99),
+                                                       ("error_rate", 0.99)]
+
+
+def test_tallies_count_a_failure_as_outside_every_latency_slo_and_tpot_only_where_defined():
+    def rec(i, ttft, tokens=10, status="ok"):
+        r = RequestRecord(i, "b", 10, tokens, 0.0, sent_s=float(i), status=status)
+        if status != "error":
+            r.first_token_s = r.sent_s + ttft
+            r.chunk_s = [r.first_token_s + 0.01 * k for k in range(tokens)]
+            r.last_token_s = r.chunk_s[-1]
+            r.output_tokens = tokens
+        return r
+
+    objs = objectives(SLO(ttft_p95=0.5, tpot_p95=0.05), {"ttft_p95", "tpot_p95"})
+    t = tallies([rec(0, 0.1), rec(1, 0.9), rec(2, 0.1, tokens=1), rec(3, 0, status="error")], objs)
+    assert (t["ttft_p95"].within, t["ttft_p95"].n) == (2, 4)
+    assert (t["tpot_p95"].within, t["tpot_p95"].n) == (2, 3), "a one-token answer has no TPOT"
+
+
+def test_the_plan_for_a_peak_carries_the_interval_and_the_price():
+    r = CapacityResult(target="t", model="m", workload="w", started_at="2026-12-05T00:00:00Z",
+                       objectives=[ObjectiveRow(name="ttft_p95", label="TTFT p95 <= 1 s", share=0.95, threshold_s=1)],
+                       status="bounded", level=0.9, width_goal=0.1, low=4.0, high=5.0, estimate=4.5,
+                       binding="ttft_p95", requests=1000, seconds=100, trial_requests=200, warmup_requests=100,
+                       trials=[TrialPoint(rate=4.0, requests=300, seconds=60, outcome="pass", decided_by=None,
+                                          extended=0, valid=True, shares={}, bounds={}, tallied={},
+                                          output_tokens_per_s=400.0)])
+    p = plan_peak(r, peak=36.0, headroom=0.8, per_hour=2.0, currency="USD", units=1)
+    assert p.replicas == 10 and p.replicas_range == (9, 12)  # 36 / (4.5, 5, 4 x 0.8)
+    assert p.monthly_cost == pytest.approx(10 * 2.0 * 730)
+    assert p.per_million_output_tokens == pytest.approx(2.0 / 3600 / 400.0 * 1e6)
