@@ -5,7 +5,7 @@ adapts it; nothing else repeats its sequence."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from advisor.settings import get_settings
 
 MAX_RATE = 200.0  # requests per second: the default ceiling of the search
 MIN_RATE = 0.05
+PROBE_REQUESTS, PROBE_CONCURRENCY = 32, 8
 
 
 class CapacityError(AdvisorError, ValueError):
@@ -108,7 +109,7 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
         return run_load(run_requests(job_.target, planned, job_.prompts))
 
     live = tr.LiveTrials(job, objs, slo, send, warmup)
-    start = req.start_rate or _start_rate(job, req)
+    start = req.start_rate or _start_rate(job, req, say)
     limits = s.Limits(start_rate=start, max_rate=req.max_rate, min_rate=req.min_rate, width=req.width,
                       max_requests=req.max_requests, max_seconds=req.max_duration_s)
 
@@ -148,10 +149,22 @@ def _enough(job, n: int) -> list:
     return [reqs[i % len(reqs)] for i in range(n)] if len(reqs) < n else reqs[:n]
 
 
-def _start_rate(job, req: CapacityRequest) -> float:
-    """The production rate the Prometheus workload measured, else 1 request/s, within the limits."""
-    rate = job.workload.arrival.rate if req.from_prom and job.workload.arrival.rate else 1.0
-    return min(max(rate, req.min_rate), req.max_rate)
+def _start_rate(job, req: CapacityRequest, say: Callable[[str], None]) -> float:
+    """Where the search starts: the production rate the Prometheus workload measured, else half the
+    throughput of a short closed-loop burst (PROBE_REQUESTS at PROBE_CONCURRENCY): an open-loop
+    rate above what the engine completes cannot hold, and trials at low rates are long."""
+    if req.from_prom and job.workload.arrival.rate:
+        return min(max(job.workload.arrival.rate, req.min_rate), req.max_rate)
+    n = min(PROBE_REQUESTS, len(job.requests))
+    burst = [replace(r, at_s=None) for r in job.requests[:n]]
+    run = run_load(run_requests(job.target, burst, job.prompts, concurrency=PROBE_CONCURRENCY))
+    ok = [r for r in run.records if r.status == "ok"]
+    if not ok or run.wall_s <= 0:
+        raise CapacityError(f"none of {n} requests to {job.target.url} succeeded before the search: "
+                            f"{next((r.error for r in run.records if r.error), 'no answer')}")
+    throughput = len(ok) / run.wall_s
+    say(f"a burst of {n} requests, {PROBE_CONCURRENCY} at a time, completed {throughput:.3g}/s: starting at half")
+    return min(max(throughput / 2, req.min_rate), req.max_rate)
 
 
 def _price(req: CapacityRequest, spec_price) -> tuple[tuple[float | None, str | None], int | None]:

@@ -53,7 +53,7 @@ def text(r: CapacityResult) -> str:
            f"  {r.requests} requests, {r.seconds:.0f} s, {len(r.trials)} trials"]
     if r.goodput_at_low is not None:
         out.append(f"  goodput at the highest rate that held: {r.goodput_at_low:.3g} requests/s within every SLO")
-    if r.stopped:
+    if r.stopped and r.status == "partial":
         out.append(f"  stopped early: {e(r.stopped)}")
     for n in r.notes:
         out.append(f"  note: {e(n)}")
@@ -74,7 +74,7 @@ def markdown(r: CapacityResult) -> str:
            f"Objectives: {'; '.join(o.label for o in r.objectives)}."]
     if r.goodput_at_low is not None:
         out.append(f"Goodput at the highest rate that held: {r.goodput_at_low:.3g} requests/s.")
-    if r.stopped:
+    if r.stopped and r.status == "partial":
         out.append(f"Stopped early: {e(r.stopped)}.")
     out += [f"Note: {e(n)}." for n in r.notes]
     if r.plan:

@@ -220,6 +220,9 @@ def attainment(series: dict[str, Sequence[tuple[float, float | None, str]]], tar
         ax.set_xscale("log")
         from matplotlib.ticker import FuncFormatter
 
+        from matplotlib.ticker import LogLocator
+
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.legend(frameon=False, fontsize=8, loc="lower left")

@@ -116,3 +116,22 @@ def test_the_plan_for_a_peak_carries_the_interval_and_the_price():
     assert p.replicas == 10 and p.replicas_range == (9, 12)  # 36 / (4.5, 5, 4 x 0.8)
     assert p.monthly_cost == pytest.approx(10 * 2.0 * 730)
     assert p.per_million_output_tokens == pytest.approx(2.0 / 3600 / 400.0 * 1e6)
+
+
+def test_the_command_refuses_bad_input_in_one_line_before_sending_anything(tmp_path):
+    from typer.testing import CliRunner
+
+    from advisor.cli import app
+
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("error_rate: 0.02\n")
+    w = tmp_path / "w.yaml"
+    w.write_text("buckets: [{name: a, prompt_tokens: [10, 20], output_tokens: [10, 20]}]\narrival: {rate: 1}\n")
+    closed = "http://127.0.0.1:9"  # nothing listens: any request would fail, none is made
+    cases = {("--slo", str(slo), "--workload", str(w)): "sets no latency SLO",
+             ("--workload", str(w), "--width", "0.7"): "--width 0.7",
+             ("--workload", str(w), "--from-prom", closed): "exactly one of --workload",
+             ("--workload", str(w), "--min-rate", "5", "--max-rate", "2"): "is not below --max-rate"}
+    for args, said in cases.items():
+        r = CliRunner().invoke(app, ["capacity", "--target", closed, *args])
+        assert r.exit_code == 2 and said in r.output and len(r.output.strip().splitlines()) == 1, (args, r.output)

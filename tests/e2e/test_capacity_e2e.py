@@ -1,0 +1,56 @@
+"""`advisor capacity` against a live engine: llama-server with the tiny GGUF (four slots, one thread),
+a decode-heavy workload and a TTFT SLO. The search runs to an answer with its interval, the report
+holds the attainment chart and the plan for a peak, and a spent request budget is a partial answer
+that keeps what it knew. (Four slots against one, measured by hand on this host: capacity 10.2/s,
+90 % interval [8.6, 12.1], against 6.1/s [4.3, 7.2]: README, "Capacity at the SLO".)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from advisor.localstack import LlamaServer, paths
+from tests.support.servers import ROOT
+
+WORKLOAD = {"name": "decode-heavy", "buckets": [{"name": "chat", "prompt_tokens": [20, 60], "output_tokens": [200, 256]}],
+            "arrival": {"kind": "poisson", "rate": 1}, "duration_s": 60, "seed": 3}
+
+
+def capacity(url: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(WORKLOAD))
+    (tmp_path / "slo.yaml").write_text("ttft_p95: 0.25\n")
+    return subprocess.run([sys.executable, "-m", "advisor.cli", "capacity", "--target", url, "--workload",
+                           str(tmp_path / "w.yaml"), "--slo", str(tmp_path / "slo.yaml"), "--trial-requests", "60",
+                           *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_capacity_of_a_live_engine_with_its_interval_chart_and_plan(tmp_path):
+    with LlamaServer(model=paths.tiny_gguf("Q8_0"), max_num_seqs=4, threads=1) as engine:
+        p = capacity(engine.url, tmp_path, "--width", "0.2", "--peak", "40", "--price-per-hour", "0.8/host",
+                     "--output", "json")
+        assert p.returncode == 0, p.stderr[-3000:]
+        r = json.loads(p.stdout)
+        assert r["status"] in ("bounded", "noise-limited"), (r["status"], r["stopped"])
+        assert 0 < r["low"] <= r["estimate"] <= r["high"], (r["low"], r["estimate"], r["high"])
+        assert r["binding"] == "ttft_p95" and r["level"] == 0.9
+        held = [t for t in r["trials"] if t["outcome"] == "pass"]
+        broke = [t for t in r["trials"] if t["outcome"] == "fail"]
+        assert held and broke and max(t["rate"] for t in held) < min(t["rate"] for t in broke)
+        assert all(t["valid"] for t in r["trials"]), "the load generator kept every schedule"
+        assert r["goodput_at_low"] and r["goodput_at_low"] > 0.5 * r["low"]
+        plan = r["plan"]
+        assert plan["replicas"] >= 40 / (r["estimate"] * 0.8) and plan["monthly_cost"] > 0
+        assert "capacity:" in p.stderr and "req/s" in p.stderr, "progress on stderr"
+        print(f"\nllama-server 4 slots: {r['estimate']:.3g}/s [{r['low']:.3g}, {r['high']:.3g}] "
+              f"({r['status']}), {r['requests']} requests, {r['seconds']:.0f} s")
+        # The budget spent before an answer: a partial one, with what it knew (here: 40/s broke), exit 1,
+        # and the HTML report with its chart.
+        html = tmp_path / "cap.html"
+        q = capacity(engine.url, tmp_path, "--max-requests", "90", "--start-rate", "40", "--output", "html",
+                     "--out", str(html))
+        assert q.returncode == 1, q.stderr[-2000:]
+        page = html.read_text()
+        assert "<svg" in page and "partial answer" in page and "request budget" in page, page[:2000]
