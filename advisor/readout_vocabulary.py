@@ -13,12 +13,16 @@ URGENT = {"urgent_ttft": "ttft", "urgent_e2e": "e2e"}
 BLOCK_READOUTS: dict[str, str] = {
     "output_tokens": "per_s", "throughput": "per_s", "goodput": "per_s", "errors": "ratio",
 }
-HIGHER_IS_BETTER = frozenset({"output_tokens", "throughput", "goodput"})
+# Measured by a rate search over both arms, not per block (advisor/experiments/design/capacity.py):
+# the highest arrival rate at which every SLO holds, requests per second.
+SEARCH_READOUTS: dict[str, str] = {"capacity": "per_s"}
+HIGHER_IS_BETTER = frozenset({"output_tokens", "throughput", "goodput", "capacity"})
 
 # metric -> the statistics the judge knows for it
 VOCABULARY: dict[str, tuple[str, ...]] = {
     **{m: REQUEST_STATISTICS for m in REQUEST_METRICS},
     **{m: (s,) for m, s in BLOCK_READOUTS.items()},
+    **{m: (s,) for m, s in SEARCH_READOUTS.items()},
 }
 
 

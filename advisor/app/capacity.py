@@ -5,14 +5,14 @@ adapts it; nothing else repeats its sequence."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from advisor import net
 from advisor.capacity import search as s
 from advisor.capacity import trials as tr
-from advisor.capacity.result import CapacityResult, ObjectiveRow, plan_peak, points
+from advisor.capacity.result import CapacityResult, plan_peak, result_of
 from advisor.cost import PriceError, price_for
 from advisor.diagnosis.slo import load_slo
 from advisor.errors import AdvisorError
@@ -24,9 +24,7 @@ from advisor.loadgen.served import context_of, model_of
 from advisor.loadgen.workers import run_workers
 from advisor.settings import get_settings
 
-MAX_RATE = 200.0  # requests per second: the default ceiling of the search
-MIN_RATE = 0.05
-PROBE_REQUESTS, PROBE_CONCURRENCY = 32, 8
+MAX_RATE, MIN_RATE = s.MAX_RATE, s.MIN_RATE
 
 
 class CapacityError(AdvisorError, ValueError):
@@ -108,33 +106,19 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
             return run_workers(job_.target, planned, job_.prompts, workers=req.workers)
         return run_load(run_requests(job_.target, planned, job_.prompts))
 
-    live = tr.LiveTrials(job, objs, slo, send, warmup)
+    live = tr.LiveTrials(job, objs, slo, send, warmup,
+                         prompts_for=lambda reqs, draw: job.prompts_anew(reqs, f"trial-{draw}"))
     start = req.start_rate or _start_rate(job, req, say)
     limits = s.Limits(start_rate=start, max_rate=req.max_rate, min_rate=req.min_rate, width=req.width,
                       max_requests=req.max_requests, max_seconds=req.max_duration_s)
 
-    def shown_trial(t):
-        share = ", ".join(f"{o.label.split(' <=')[0]} {t.tallies[o.name].share:.1%}" for o in objs
-                          if o.name in t.tallies and t.tallies[o.name].share is not None)
-        say(f"{t.rate:8.3g} req/s: {t.outcome:8} {share}" + (f" (+{t.extended} extensions)" if t.extended else "")
-            + ("" if t.valid else f" - load generator invalid: {t.why_invalid}"))
-
     started = datetime.now(timezone.utc)
     say(f"searching from {start:.3g} requests/s ({size} tallied + {warmup} warmup requests a trial, "
         f"objectives: {'; '.join(o.label for o in objs)})")
-    answer = s.search(live, objs, limits, on_trial=shown_trial)
-    low_trial = next((t for t in answer.trials if t.rate == answer.low), None)
-    result = CapacityResult(
-        target=shown, model=job.target.model, workload=job.workload.name, started_at=started,
-        objectives=[ObjectiveRow(name=o.name, label=o.label, share=o.share, threshold_s=o.threshold) for o in objs],
-        status=answer.status, level=1 - 2 * limits.alpha, width_goal=req.width, low=answer.low, high=answer.high,
-        estimate=answer.estimate, binding=answer.binding,
-        goodput_at_low=low_trial.goodput_rps if low_trial else None, requests=answer.requests,
-        seconds=answer.seconds, trial_requests=size, warmup_requests=warmup, stopped=answer.stopped,
-        notes=notes, trials=points(answer, objs, limits.alpha))
-    if answer.status == "noise-limited":
-        result.notes.append(f"the interval is wider than +-{req.width:.0%}: near the capacity the trials could "
-                            f"not tell the shares from their targets with {size} requests (and 2 extensions) each")
+    answer = s.search(live, objs, limits, on_trial=lambda t: say(tr.trial_line(t, objs)))
+    result = result_of(answer, objs, target=shown, model=job.target.model, workload=job.workload.name,
+                       started_at=started, alpha=limits.alpha, width=req.width, trial_requests=size,
+                       warmup_requests=warmup, notes=notes)
     if req.peak is not None:
         price, units = _price(req, spec_price)
         result.plan = plan_peak(result, req.peak, req.headroom, *price, units)
@@ -151,20 +135,19 @@ def _enough(job, n: int) -> list:
 
 def _start_rate(job, req: CapacityRequest, say: Callable[[str], None]) -> float:
     """Where the search starts: the production rate the Prometheus workload measured, else half the
-    throughput of a short closed-loop burst (PROBE_REQUESTS at PROBE_CONCURRENCY): an open-loop
-    rate above what the engine completes cannot hold, and trials at low rates are long."""
+    throughput of a short closed-loop burst (capacity/trials.py burst_throughput)."""
     if req.from_prom and job.workload.arrival.rate:
         return min(max(job.workload.arrival.rate, req.min_rate), req.max_rate)
-    n = min(PROBE_REQUESTS, len(job.requests))
-    burst = [replace(r, at_s=None) for r in job.requests[:n]]
-    run = run_load(run_requests(job.target, burst, job.prompts, concurrency=PROBE_CONCURRENCY))
-    ok = [r for r in run.records if r.status == "ok"]
-    if not ok or run.wall_s <= 0:
-        raise CapacityError(f"none of {n} requests to {job.target.url} succeeded before the search: "
-                            f"{next((r.error for r in run.records if r.error), 'no answer')}")
-    throughput = len(ok) / run.wall_s
-    say(f"a burst of {n} requests, {PROBE_CONCURRENCY} at a time, completed {throughput:.3g}/s: starting at half")
+    try:
+        throughput, n = tr.burst_throughput(job, _closed)
+    except tr.CapacityInputError as e:
+        raise CapacityError(str(e)) from None
+    say(f"a burst of {n} requests, {tr.PROBE_CONCURRENCY} at a time, completed {throughput:.3g}/s: starting at half")
     return min(max(throughput / 2, req.min_rate), req.max_rate)
+
+
+def _closed(requests, job, concurrency: int):
+    return run_load(run_requests(job.target, requests, job.prompts, concurrency=concurrency))
 
 
 def _price(req: CapacityRequest, spec_price) -> tuple[tuple[float | None, str | None], int | None]:

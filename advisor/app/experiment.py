@@ -25,7 +25,7 @@ from advisor.knobs.argv import flag_changes
 from advisor.units import MAX_EXPERIMENT_S, check_ceiling, parse_duration
 from advisor.workload.spec import load_workload
 from advisor.experiments.design.deployment import load_deployment
-from advisor.experiments.run.setup import DesignError
+from advisor.experiments.design.capacity import CAPACITY_SIGNAL, CapacityPlanError, capacity_plan
 from advisor.experiments.run.setup import DesignError, effective_guardrails
 from advisor.experiments.run.setup import design as make_design
 
@@ -58,6 +58,8 @@ class ExperimentRequest(BaseModel):
     direction: str | None = None
     diagnosis_id: int | None = Field(default=None, ge=1)
     readout: str | None = None
+    slo: Path | None = None  # the capacity readout's SLOs
+    width: float = Field(default=0.10, gt=0, lt=0.5)  # the capacity readout's search width, each arm
     save: bool = True
     max_duration: str | None = None
     max_requests: int | None = Field(default=None, ge=1)
@@ -142,8 +144,21 @@ def design(req: ExperimentRequest, prepared: Prepared | None = None) -> Design:
         raise DesignError(f"--direction {req.direction!r}: use one of {', '.join(DIRECTIONS)}")
     if req.aa and (req.mechanism or req.value):
         raise DesignError("--aa runs the baseline's own configuration on both arms: give no --mechanism or --value")
+    capacity = None
+    if req.readout == CAPACITY_SIGNAL:
+        if req.blocks is not None or req.fixed:
+            raise DesignError("--blocks and --fixed plan blocks; --readout capacity runs a rate search on each arm "
+                              "instead (--block-requests sets its trials' size, --width its interval)")
+        try:
+            capacity = capacity_plan(req.slo, width=req.width, trial_requests=req.block_requests)
+        except CapacityPlanError as e:
+            raise DesignError(f"--slo {e}" if req.slo else str(e)) from None
+    elif req.slo is not None:
+        raise DesignError("--slo is the SLO file of --readout capacity (other readouts are judged as ratios, not "
+                          "against an SLO)")
     return make_design(p.deployment, req.mechanism, req.value, p.workload, blocks=req.blocks,
-                       block_requests=req.block_requests, concurrency=req.concurrency, readout_signal=req.readout,
+                       block_requests=None if capacity else req.block_requests, capacity=capacity,
+                       concurrency=req.concurrency, readout_signal=req.readout,
                        warmup=req.warmup, guardrails=p.guardrails, sequential=not req.fixed, effect=req.effect,
                        aa=req.aa, calibration=p.calibration, direction=req.direction, baseline=req.baseline)
 

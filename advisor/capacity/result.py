@@ -4,6 +4,7 @@ attainment curve, and the plan for a peak."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime
 
 from pydantic import BaseModel, Field
@@ -96,6 +97,25 @@ class CapacityResult(BaseModel):
     @property
     def binding_label(self) -> str:
         return next((o.label for o in self.objectives if o.name == self.binding), self.binding or "an SLO")
+
+
+def result_of(answer: Answer, objs: Sequence[Objective], *, target: str, model: str, workload: str,
+              started_at: datetime, alpha: float, width: float, trial_requests: int, warmup_requests: int,
+              notes: Sequence[str] = ()) -> CapacityResult:
+    """The search's answer as a CapacityResult; the note a noise-limited answer needs added."""
+    low_trial = next((t for t in answer.trials if t.rate == answer.low), None)
+    result = CapacityResult(
+        target=target, model=model, workload=workload, started_at=started_at,
+        objectives=[ObjectiveRow(name=o.name, label=o.label, share=o.share, threshold_s=o.threshold) for o in objs],
+        status=answer.status, level=1 - 2 * alpha, width_goal=width, low=answer.low, high=answer.high,
+        estimate=answer.estimate, binding=answer.binding,
+        goodput_at_low=low_trial.goodput_rps if low_trial else None, requests=answer.requests,
+        seconds=answer.seconds, trial_requests=trial_requests, warmup_requests=warmup_requests,
+        stopped=answer.stopped, notes=list(notes), trials=points(answer, objs, alpha))
+    if answer.status == "noise-limited":
+        result.notes.append(f"the interval is wider than +-{width:.0%}: near the capacity the trials could not tell "
+                            f"the shares from their targets with {trial_requests} requests (and 2 extensions) each")
+    return result
 
 
 def points(answer: Answer, objs: list[Objective], alpha: float = ALPHA) -> list[TrialPoint]:

@@ -24,7 +24,7 @@ bound assumes; `tests/unit/test_capacity_search.py` measures the coverage on a s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -32,6 +32,7 @@ Outcome = Literal["pass", "fail", "unclear"]
 Status = Literal["bounded", "at least", "zero", "partial", "noise-limited"]
 
 ALPHA = 0.05  # per end of the interval: a 90 % interval
+MAX_RATE, MIN_RATE = 200.0, 0.05  # requests per second: the search's default ceiling and floor
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ class Limits:
     width: float = 0.10  # the interval within +-width of its middle
     alpha: float = ALPHA
     max_extensions: int = 2
+    max_invalid: int = 2  # trials whose load generator fell behind, retried before the search gives up
     max_trials: int = 24
     max_requests: int | None = None
     max_seconds: float | None = None
@@ -205,6 +207,20 @@ def _crossing(trials: list[Trial], objective: Objective, low: float, high: float
 def search(run: Callable[[float], TrialResult], objectives: Sequence[Objective], limits: Limits,
            on_trial: Callable[[Trial], None] | None = None) -> Answer:
     """Run trials through `run(rate)` until the capacity is bracketed within the width, and answer."""
+    walk = steps(objectives, limits, on_trial)
+    try:
+        rate = next(walk)
+        while True:
+            rate = walk.send(run(rate))
+    except StopIteration as done:
+        return done.value
+
+
+def steps(objectives: Sequence[Objective], limits: Limits,
+          on_trial: Callable[[Trial], None] | None = None) -> Generator[float, TrialResult, Answer]:
+    """The search as a generator: it yields the rate of the next run and is sent that run's
+    TrialResult; it returns the Answer. Two searches stepped in turn interleave their trials (an
+    experiment's arms, so that drift hits both)."""
     lim = limits
     trials: list[Trial] = []
     spent_req, spent_s = 0, 0.0
@@ -219,16 +235,16 @@ def search(run: Callable[[float], TrialResult], objectives: Sequence[Objective],
             return f"{lim.max_trials} trials run"
         return None
 
-    def at(rate: float) -> Trial:
+    def at(rate: float) -> Generator[float, TrialResult, Trial]:
         nonlocal spent_req, spent_s
-        got = run(rate)
+        got = yield rate
         spent_req += got.requests
         spent_s += got.seconds
         t = Trial(rate, got.tallies, got.requests, got.seconds, valid=got.valid, why_invalid=got.why_invalid,
                   goodput_rps=got.goodput_rps, output_tokens_per_s=got.output_tokens_per_s)
         t.outcome, t.decided_by = judge(t.tallies, objectives, lim.alpha) if t.valid else ("unclear", None)
         while t.valid and t.outcome == "unclear" and t.extended < lim.max_extensions and not over_budget():
-            more = run(rate)
+            more = yield rate
             spent_req += more.requests
             spent_s += more.seconds
             t.tallies = {k: v.merged(more.tallies.get(k, Tally())) for k, v in t.tallies.items()}
@@ -244,21 +260,23 @@ def search(run: Callable[[float], TrialResult], objectives: Sequence[Objective],
         return t
 
     def ends() -> tuple[float | None, float | None]:
-        fails = [t.rate for t in trials if t.outcome == "fail"]
-        high = min(fails) if fails else None
-        passes = [t.rate for t in trials if t.outcome == "pass" and (high is None or t.rate < high)]
-        return (max(passes) if passes else None), high
+        return _ends(trials)
 
     ratio = (1 + lim.width) / (1 - lim.width)
     rate = min(max(lim.start_rate, lim.min_rate), lim.max_rate)
+    invalid = 0
     while True:
         stopped = over_budget()
         if stopped:
             break
-        t = at(rate)
-        if not t.valid:
-            stopped = f"the load generator could not keep {rate:.3g} requests/s ({t.why_invalid})"
-            break
+        t = yield from at(rate)
+        if not t.valid:  # a busy host, for a moment or for good: tried again at the same rate, then given up
+            invalid += 1
+            if invalid > lim.max_invalid:
+                stopped = (f"the load generator could not keep {rate:.3g} requests/s ({t.why_invalid}); "
+                           f"{invalid} trials were invalid")
+                break
+            continue
         low, high = ends()
         if high is None:  # no clear fail yet: up
             top = max(x.rate for x in trials)
@@ -293,6 +311,21 @@ def search(run: Callable[[float], TrialResult], objectives: Sequence[Objective],
         rate = math.sqrt(a * b)
     low, high = ends()
     return _answer("partial", low, high, objectives, trials, spent_req, spent_s, stopped)
+
+
+def _ends(trials: list[Trial]) -> tuple[float | None, float | None]:
+    """(the highest clear pass below the lowest clear fail, that fail)."""
+    fails = [t.rate for t in trials if t.outcome == "fail"]
+    high = min(fails) if fails else None
+    passes = [t.rate for t in trials if t.outcome == "pass" and (high is None or t.rate < high)]
+    return (max(passes) if passes else None), high
+
+
+def partial(trials: list[Trial], objectives: Sequence[Objective], why: str) -> Answer:
+    """The answer of a search ended from outside (an experiment aborted): its interval so far."""
+    low, high = _ends(trials)
+    return _answer("partial", low, high, objectives, trials, sum(t.requests for t in trials),
+                   sum(t.seconds for t in trials), why)
 
 
 def _answer(status: Status, low, high, objectives, trials, requests, seconds, stopped) -> Answer:

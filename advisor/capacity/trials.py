@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from advisor.capacity.search import Objective, Tally, TrialResult, needed, tally
+from advisor.capacity.search import Objective, Tally, Trial, TrialResult, needed, tally
 from advisor.diagnosis.slo import SLO
 from advisor.loadgen.execute import Job
 from advisor.loadgen.metrics import summarize
@@ -92,12 +92,16 @@ class LiveTrials:
     """`run(rate)` for the search: the job's requests at that rate, the first `warmup` untallied.
 
     run_requests(requests, job) sends them and returns the load generator's Run (in a worker pool
-    or in this process: the caller's choice)."""
+    or in this process: the caller's choice). prompts_for(requests, draw): each trial's prompt
+    texts, the same sizes in other words for every draw, so that no trial is served from the
+    prefix cache that an earlier one filled (a later trial would otherwise skip its prefills and
+    hold at a higher rate than the traffic allows); None: the job's own texts every time."""
 
     def __init__(self, job: Job, objs: list[Objective], slo: SLO, run_requests: Callable, warmup: int,
-                 seed: int = 0, on_request: Callable[[int, int], None] | None = None):
+                 seed: int = 0, prompts_for: Callable[[list, int], dict[int, str]] | None = None):
         self.job, self.objs, self.slo, self.warmup = job, objs, slo, warmup
         self.run_requests = run_requests
+        self.prompts_for = prompts_for
         self._draw = itertools.count(seed)
 
     def arrivals(self, rate: float, n: int, draw: int) -> list[float]:
@@ -119,7 +123,8 @@ class LiveTrials:
         reqs = reqs[k:] + reqs[:k]
         times = self.arrivals(rate, len(reqs), draw)
         planned = [replace(r, at_s=t) for r, t in zip(reqs, times)]
-        run = self.run_requests(planned, self.job)
+        job = self.job if self.prompts_for is None else replace(self.job, prompts=self.prompts_for(planned, draw))
+        run = self.run_requests(planned, job)
         warm_s = times[self.warmup] if self.warmup < len(times) else times[-1]
         measured = [r for r in run.records if r.scheduled_s is not None and r.scheduled_s >= warm_s]
         summary = summarize(run, self.slo, warmup_s=warm_s)
@@ -130,3 +135,30 @@ class LiveTrials:
                            valid=g.valid and run.aborted is None, why_invalid=why,
                            goodput_rps=summary.overall.goodput_rps,
                            output_tokens_per_s=summary.overall.output_tokens_per_s)
+
+
+PROBE_REQUESTS, PROBE_CONCURRENCY = 32, 8
+
+
+def trial_line(t: Trial, objs: list[Objective]) -> str:
+    """A trial as a progress line: its rate, outcome and each objective's share within."""
+    share = ", ".join(f"{o.label.split(' <=')[0]} {t.tallies[o.name].share:.1%}" for o in objs
+                      if o.name in t.tallies and t.tallies[o.name].share is not None)
+    return (f"{t.rate:8.3g} req/s: {t.outcome:8} {share}" + (f" (+{t.extended} extensions)" if t.extended else "")
+            + ("" if t.valid else f" - load generator invalid: {t.why_invalid}"))
+
+
+def burst_throughput(job: Job, send_closed: Callable[[list, Job, int], object]) -> tuple[float, int]:
+    """(requests completed per second, requests sent) by a short closed-loop burst of the job's
+    requests (PROBE_REQUESTS, PROBE_CONCURRENCY at a time): where a search starts, at half of it.
+    An open-loop rate above what the engine completes cannot hold, and trials at low rates are long.
+    send_closed(requests, job, concurrency) runs them and returns the load generator's Run."""
+    n = min(PROBE_REQUESTS, len(job.requests))
+    burst = [replace(r, at_s=None) for r in job.requests[:n]]
+    run = send_closed(burst, job, PROBE_CONCURRENCY)
+    ok = [r for r in run.records if r.status == "ok"]
+    if not ok or run.wall_s <= 0:
+        raise CapacityInputError(f"none of {n} requests to {job.target.url} succeeded before the search: "
+                                 f"{next((r.error for r in run.records if r.error), 'no answer')}")
+    return len(ok) / run.wall_s, n
+

@@ -45,7 +45,9 @@ def experiment(
     warmup: Annotated[int, typer.Option("--warmup", min=0, max=WARMUP_MAX, help="Requests sent to each arm before its first block, not measured (0 for none).")] = 16,
     direction: Annotated[Optional[str], typer.Option("--direction", help="Which way a diagnosis check moves the mechanism (up, down, on, off); the derived candidate follows it. Default: the knob catalog's.")] = None,
     diagnosis_id: Annotated[Optional[int], typer.Option("--diagnosis", min=1, max=STORE_ID_MAX, help="Link the stored experiment to this saved diagnosis (the dashboard's 'prove this check').")] = None,
-    readout_signal: Annotated[Optional[str], typer.Option("--readout", help="Primary readout as a signal name (ttft_p95, tpot_p95, e2e_p99...). Default: the mechanism's.")] = None,
+    readout_signal: Annotated[Optional[str], typer.Option("--readout", help="Primary readout as a signal name (ttft_p95, tpot_p95, e2e_p99...). Default: the mechanism's. 'capacity': search each arm for the highest arrival rate at which every SLO of --slo holds (trials in turn on both arms) and judge the ratio of the two capacities with its interval.")] = None,
+    slo: Annotated[Optional[Path], typer.Option("--slo", help="With --readout capacity: the SLO file whose SLOs (ttft_p95, tpot_p95, e2e_p99, error_rate) the capacity holds. Default: every default SLO.")] = None,
+    width: Annotated[float, typer.Option("--width", min=0.01, max=0.49, help="With --readout capacity: each arm's search stops when its interval is within +-this share of its middle.")] = 0.10,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (both arms' argv, workload, blocks, guardrails) and touch nothing.")] = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep every block's samples in the store.")] = True,
     max_duration: Annotated[Optional[str], typer.Option("--max-duration", help="Guardrail: abort past this long (30s, 30m, 1h). Default: the deployment's guardrails.max_duration, else 30m.")] = None,
@@ -73,7 +75,8 @@ def experiment(
         request = service.ExperimentRequest(
             deployment=deployment, mechanism=mechanism, value=value, workload=workload_file, from_prom=from_prom,
             blocks=blocks, block_requests=block_requests, effect=effect, fixed=fixed, aa=aa, concurrency=concurrency,
-            warmup=warmup, direction=direction, diagnosis_id=diagnosis_id, readout=readout_signal, save=save,
+            warmup=warmup, direction=direction, diagnosis_id=diagnosis_id, readout=readout_signal, slo=slo,
+            width=width, save=save,
             max_duration=max_duration, max_requests=max_requests, max_error_rate=max_error_rate,
             price_per_hour=price_per_hour, baseline=baseline.value)
         if plan_only and not mechanism and not aa:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, model_serializer, model_validator
 
+from advisor.capacity.result import CapacityResult
 from advisor.cost import ExperimentCost
 from advisor.models.four_layers import ModelLayers
 from advisor.verdict import ExperimentKey, Verdict
@@ -246,6 +247,8 @@ class ExperimentResult(BaseModel):
                                             "map's four layers")
     kubernetes: dict = Field(default={}, description="a Kubernetes experiment: the cluster's version, the target, "
                              "and per arm its workload, pods, nodes, GPU models, image digests and argv")
+    capacity: dict[str, CapacityResult] = Field(default={}, description="a capacity experiment: each arm's "
+                                                 "search, its answer and trials (the attainment curve)")
     manifest: dict = {}
 
     # The valid blocks' request records, for what is computed after the run (an A/A calibration).

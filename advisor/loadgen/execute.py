@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -42,6 +42,14 @@ class Job:
     concurrency: int | None
     duration_s: float | None
     sizing: dict | None = None  # how the prompts were sized: PromptSizer.report()
+    sizer: PromptSizer | None = field(default=None, repr=False)  # what sized them, for other texts of the same sizes
+
+    def prompts_anew(self, requests: list[PlannedRequest], salt: str) -> dict[int, str]:
+        """Other prompt texts of the same sizes for these requests (`salt` picks the words): a rerun
+        that must not be served from the prefix cache an earlier run filled."""
+        if self.sizer is None:
+            raise LoadError("the job's prompts were not sized here: no other texts can be made")
+        return self.sizer.prompts_for(requests, self.workload, salt=salt)
 
     def describe(self) -> str:
         w = self.workload
@@ -156,7 +164,7 @@ def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | 
     return Job(workload=w, requests=requests, prompts=prompts,
                target=Target(url=target, model=served, api=w.api, http=http),
                warmup_s=w.warmup_s, concurrency=w.arrival.concurrency if w.arrival.kind == "concurrency" else None,
-               duration_s=w.duration_s, sizing=sizer.report())
+               duration_s=w.duration_s, sizing=sizer.report(), sizer=sizer)
 
 
 async def run_with_progress(job: Job, console: Console, should_abort=None) -> Result:

@@ -62,13 +62,21 @@ def render(r, console: Console) -> None:
         console.print(f"cost: {_e(x.cost)}", highlight=False)
     if x.quality:
         console.print(f"quality guard: {_e(x.quality)}", highlight=False)
-    b = _table("blocks", ("arm", "block", "restart", "warmup", "requests", "ok", "errors", "TTFT p50", "TPOT p50",
-                          "E2E p95", "outside", "generator"))
-    for k in x.blocks:
-        b.add_row(_e(k.arm), str(k.block), _e(k.restart), _e(k.warmup), str(k.requests), str(k.ok), str(k.errors),
-                  _e(k.ttft_p50), _e(k.tpot_p50), _e(k.e2e_p95), _e(k.outside),
-                  "valid" if k.valid else f"[red]behind, not judged[/] [dim]{_e(k.why_invalid or '')}[/]")
-    console.print(b)
+    if x.capacity:
+        c = _table("capacity at the SLO per arm (trials in turn on both arms)",
+                   ("arm", "capacity", "trials", "requests", "time", "goodput where it held"))
+        for row in x.capacity:
+            c.add_row(_e(row.arm), _e(row.summary), str(row.trials), str(row.requests), _e(row.seconds),
+                      _e(row.goodput))
+        console.print(c)
+    else:
+        b = _table("blocks", ("arm", "block", "restart", "warmup", "requests", "ok", "errors", "TTFT p50",
+                              "TPOT p50", "E2E p95", "outside", "generator"))
+        for k in x.blocks:
+            b.add_row(_e(k.arm), str(k.block), _e(k.restart), _e(k.warmup), str(k.requests), str(k.ok),
+                      str(k.errors), _e(k.ttft_p50), _e(k.tpot_p50), _e(k.e2e_p95), _e(k.outside),
+                      "valid" if k.valid else f"[red]behind, not judged[/] [dim]{_e(k.why_invalid or '')}[/]")
+        console.print(b)
     if x.buckets:
         k = _table("per bucket: candidate/baseline of the medians, CI, verdict (exploratory: not corrected for "
                    "the number of buckets)", ("bucket", "requests", "TTFT p50 (prefill)", "TPOT p50 (decode)"))

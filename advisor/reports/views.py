@@ -95,6 +95,30 @@ class NoiseRow:
 
 
 @dataclass
+class CapacityArmRow:
+    arm: str
+    summary: str  # the answer in one line, with its interval
+    status: str
+    trials: int
+    requests: int
+    seconds: str
+    goodput: str  # at the highest rate that held
+    chart: Markup | None = None  # the arm's attainment curve
+
+
+def _capacity_rows(r: ExperimentResult, charts_on: bool) -> list[CapacityArmRow]:
+    rows = []
+    for arm, c in r.capacity.items():
+        chart = None
+        if charts_on:
+            series = {o.label: [(t.rate, t.shares.get(o.name), t.outcome) for t in c.trials] for o in c.objectives}
+            chart = charts.attainment(series, {o.label: o.share for o in c.objectives}, (c.low, c.high), c.estimate)
+        rows.append(CapacityArmRow(arm, c.summary, c.status, len(c.trials), c.requests, f"{c.seconds:.0f} s",
+                                   "-" if c.goodput_at_low is None else f"{c.goodput_at_low:.3g}/s", chart))
+    return rows
+
+
+@dataclass
 class ExperimentView:
     key: str
     deployment: str
@@ -134,6 +158,7 @@ class ExperimentView:
     memory: str | None = None  # both arms' resident memory
     explanation: str | None = None  # the map's reading of a failure (dequantization ate the gain)
     outcome: VerdictParts | None = None  # the verdict as a diagnosis' check shows it; None while it runs
+    capacity: list[CapacityArmRow] = field(default_factory=list)  # a capacity experiment: each arm's search
 
 
 def _metric_rows(metrics: list[MetricResult]) -> list[MetricRow]:
@@ -257,7 +282,8 @@ def experiment_view(result: ExperimentResult | None, *, key: str = "", deploymen
                               f"{n.drift_sd:.3f}", n.blocks) for n in r.calibration or []],
         manifest_line=_manifest_line(r.manifest), buckets=_bucket_rows(j.buckets),
         cost=cost_text(j.cost, j.cost_note), models=[(arm, m.line()) for arm, m in r.models.items()],
-        memory=memory_text(j.memory), explanation=j.explanation, outcome=_outcome(r))
+        memory=memory_text(j.memory), explanation=j.explanation, outcome=_outcome(r),
+        capacity=_capacity_rows(r, charts_on))
 
 
 def experiment_views(results: Sequence[ExperimentResult], charts_on: bool = True) -> list[ExperimentView]:

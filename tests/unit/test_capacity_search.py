@@ -135,3 +135,26 @@ def test_the_command_refuses_bad_input_in_one_line_before_sending_anything(tmp_p
     for args, said in cases.items():
         r = CliRunner().invoke(app, ["capacity", "--target", closed, *args])
         assert r.exit_code == 2 and said in r.output and len(r.output.strip().splitlines()) == 1, (args, r.output)
+
+
+def test_an_invalid_trial_is_tried_again_and_a_host_that_never_keeps_up_ends_the_search_partial():
+    q, rng = Queue(slots=4), random.Random(2)
+    behind = iter([True, False])  # the first trial's load generator fell behind once
+
+    def run(rate):
+        got = q.trial(rate, TALLIED, WARMUP, TTFT, rng)
+        if next(behind, False):
+            got.valid, got.why_invalid = False, "fell behind its schedule"
+        return got
+
+    a = s.search(run, [TTFT], s.Limits(start_rate=0.5, max_rate=100.0, min_rate=0.01))
+    assert a.status in ("bounded", "noise-limited") and not a.trials[0].valid
+    assert a.trials[1].rate == a.trials[0].rate, "the same rate again"
+
+    def never(rate):
+        got = q.trial(rate, TALLIED, WARMUP, TTFT, rng)
+        got.valid, got.why_invalid = False, "fell behind its schedule"
+        return got
+
+    a = s.search(never, [TTFT], s.Limits(start_rate=0.5, max_rate=100.0, min_rate=0.01))
+    assert a.status == "partial" and len(a.trials) == 3 and "3 trials were invalid" in a.stopped

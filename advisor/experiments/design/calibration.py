@@ -136,6 +136,8 @@ def measure(experiment: str, deployment: str, workload: str, requests_per_block:
         arms.setdefault(arm, []).append(recs)
     found = []
     for metric, statistics in readout_vocabulary.VOCABULARY.items():
+        if metric in readout_vocabulary.SEARCH_READOUTS:  # not a block's readout: no block noise
+            continue
         for statistic in statistics:
             r = readout_noise(metric, statistic, arms, slo)
             if r is not None:

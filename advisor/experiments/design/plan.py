@@ -7,6 +7,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from advisor.experiments.design.capacity import CapacityPlan
 from advisor.experiments.design.deployment import Deployment
 from advisor.workload.plan import PlannedRequest, plan
 from advisor.workload.spec import Workload
@@ -98,6 +99,9 @@ class Design:
     # The baseline arm with parallel local arms: "auto" (a fresh replica when the process found
     # serving has traffic of its own), "fresh", or "found" (that process, its traffic reported).
     baseline: str = "auto"
+    # A capacity experiment (--readout capacity): both arms searched for their capacity at the SLO,
+    # in trials of `requests` at changing rates, instead of blocks.
+    capacity: CapacityPlan | None = None
 
     def describe(self) -> list[str]:
         w = self.workload
@@ -120,14 +124,19 @@ class Design:
             f"baseline argv: {' '.join(self.baseline_args) or '(none)'}",
             f"candidate argv: {' '.join(self.candidate_args) or '(none)'}"
             + (f"  env {self.candidate_env}" if self.candidate_env else ""),
-            f"workload {w.name} ({w.source}): {len(self.requests)} requests per block, {shape}, seed {w.seed}"
+            f"workload {w.name} ({w.source}): {len(self.requests)} requests per "
+            + (f"trial, {'poisson' if a.kind == 'concurrency' else a.kind} arrivals at the search's rates"
+               if self.capacity else f"block, {shape}") + f", seed {w.seed}"
             + (" (pinned by the workload)" if self.seed_pinned else " (fresh for this experiment)"),
-            f"blocks: {order} (at most {self.blocks_per_arm} per arm), warmup {self.warmup_requests} requests "
-            "after every (re)start of an arm",
-            f"stopping: {self.stopping.describe(self.blocks_per_arm)}",
-            *self.plan,
+            *(self.capacity.describe() if self.capacity else [
+                f"blocks: {order} (at most {self.blocks_per_arm} per arm), warmup {self.warmup_requests} requests "
+                "after every (re)start of an arm",
+                f"stopping: {self.stopping.describe(self.blocks_per_arm)}",
+                *self.plan]),
             f"guardrails: at most {self.guardrails.max_duration_s:.0f}s and {self.guardrails.max_requests} requests; "
-            f"abort above {self.guardrails.max_error_rate:.0%} errors or when the candidate is unhealthy",
+            + ("each arm's search within half of them (a partial answer past it, with its interval so far); abort "
+               "when the candidate is unhealthy (a failed request counts as outside every SLO instead)" if self.capacity else
+               f"abort above {self.guardrails.max_error_rate:.0%} errors or when the candidate is unhealthy"),
         ]
 
 

@@ -40,12 +40,17 @@ margin, the candidate regressed whatever its speed; with its quality unclear, a 
 not yet an improvement. The memory readouts do not change a verdict: where a model-file swap's
 memory fell and its TPOT did not improve, they explain the failure (model_swap.explain).
 
+Capacity (``judge_capacity``): a capacity experiment searches each arm for the highest rate at which
+the SLOs hold (advisor/capacity/search.py); its one readout, capacity per_s, is judged by the same
+rule from the two arms' intervals.
+
 Cost: both arms' cost per output token from the output tokens and the goodput per second estimated
 here once, at the last look's level (advisor/cost.py computes from those, and compares nothing).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import zlib
 from collections.abc import Iterable, Sequence
@@ -53,6 +58,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
+from advisor.capacity.result import CapacityResult
 from advisor.cost import ExperimentCost, Pricing, experiment_cost
 from advisor.experiments.arms import model_swap
 from advisor.experiments.judgement import reach
@@ -461,3 +467,64 @@ def _stopped(design: Design, looks: list[Look], aborted: str | None) -> str:
     n = len(looks)
     return (f"reached the planned maximum of {design.blocks_per_arm} blocks per arm"
             + (f" after {n} look{'s' if n != 1 else ''}" if design.stopping.sequential else " (fixed horizon)"))
+
+
+# --------------------------------------------------------------------------------------------
+# capacity at the SLO: both arms searched, the ratio judged from their intervals
+
+CAPACITY_METHOD = ("a rate search per arm (advisor/capacity/search.py), trials interleaved; each end of each "
+                   "arm's interval at 1 - alpha/4, their quotients the ratio's interval (Bonferroni)")
+
+
+def capacity_bounds(baseline: CapacityResult, candidate: CapacityResult) -> tuple[float, float]:
+    """The ratio's interval from the arms' intervals: the candidate's lowest over the baseline's
+    highest, and the reverse. An end an arm's search did not bound is 0 or infinity."""
+    def at_most(r: CapacityResult) -> float:
+        return r.high if r.high is not None else math.inf
+
+    def at_least(r: CapacityResult) -> float:
+        return r.low if r.low is not None else 0.0
+
+    lo_den, hi_den = at_most(baseline), at_least(baseline)
+    lo = at_least(candidate) / lo_den if lo_den > 0 else math.inf
+    hi = at_most(candidate) / hi_den if hi_den > 0 else math.inf
+    return lo, hi
+
+
+def judge_capacity(baseline: CapacityResult | None, candidate: CapacityResult | None, *, alpha: float = 0.05,
+                   aborted: str | None = None, margin: float = MARGIN) -> Judgement:
+    """The verdict of a capacity experiment: candidate/baseline capacity at the SLO, its interval
+    from both arms' search intervals (each end of each arm's at alpha/4: the ratio's at 1 - alpha),
+    judged by the rule of the module docstring, higher is better. An end no search bounded leaves
+    the interval open on that side: a verdict still needs the other end past 1."""
+    name = "capacity per_s"
+    if baseline is None or candidate is None:
+        why = f"aborted: {aborted}" if aborted else "an arm's search did not run"
+        return Judgement(verdict="inconclusive", primary_metric=name, reason=why, stop_reason=why)
+    lo, hi = capacity_bounds(baseline, candidate)
+    b, c = baseline.estimate, candidate.estimate
+    ratio = c / b if b and c is not None else None
+    level = 1 - alpha
+    finite = math.isfinite(lo) and math.isfinite(hi)
+    head = f"{stats.pct(level)} interval of the ratio [{lo:.3g}, {hi:.3g}]"
+    if ratio is not None and finite:
+        verdict, reason = classify(ratio, (lo, hi), level, margin, lower_is_better=False)
+    elif lo > 1 + margin:
+        verdict, reason = "improved", f"{head}: the candidate held beyond where the baseline broke"
+    elif hi < 1 - margin:
+        verdict, reason = "regressed", f"{head}: the baseline held beyond where the candidate broke"
+    else:
+        verdict, reason = "inconclusive", (f"{head}: an arm's search left its capacity unbounded "
+                                           f"(baseline {baseline.status}, candidate {candidate.status})")
+    if aborted:
+        verdict, reason = "inconclusive", f"aborted: {aborted}"
+    ci = (lo, hi) if finite else None
+    metric = MetricResult(metric="capacity", statistic="per_s", lower_is_better=False, baseline_value=b,
+                          candidate_value=c, ratio=ratio, ci=ci, level=level, p_value=None, adjusted_p=None,
+                          verdict=verdict, method=CAPACITY_METHOD,
+                          n_blocks=(len(baseline.trials), len(candidate.trials)),
+                          n_samples=(baseline.requests, candidate.requests), margin=margin, reason=reason)
+    stop = (f"aborted: {aborted}" if aborted else
+            f"both searches ended: baseline {baseline.status}, candidate {candidate.status}")
+    return Judgement(verdict=verdict, primary_metric=name, ratio=ratio, ci=ci, reason=reason, metrics=[metric],
+                     stop_reason=stop)

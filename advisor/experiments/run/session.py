@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from advisor.experiments.run import runner
+from advisor.experiments.run import capacity, runner
 from advisor.experiments.design.plan import Design
 from advisor.experiments.result import ExperimentResult
 from advisor.settings import get_settings
@@ -107,7 +107,11 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
                         and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None))
             previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt) if fallback else None
             try:
-                result = runner.execute(d, launcher, journal, say, save_block, pricing=pricing, cost_note=cost_note)
+                if d.capacity is not None:
+                    result = capacity.execute(d, launcher, journal, say)
+                else:
+                    result = runner.execute(d, launcher, journal, say, save_block, pricing=pricing,
+                                            cost_note=cost_note)
             except runner.KeyboardInterruptWithResult as e:
                 so_far = e.result
                 _quietly(lambda: store.finish_experiment(stored, so_far, status="interrupted"), stored)
@@ -120,7 +124,7 @@ def run(d: Design, *, save: bool = True, say: Callable[[str], None] = _quiet,
                 if fallback:
                     signal.signal(signal.SIGTERM, previous)
         try:
-            if d.aa and result.status == "finished":
+            if d.aa and result.status == "finished" and d.capacity is None:
                 from advisor.experiments.design import calibration
 
                 cal = calibration.measure(d.id, dep.name, d.workload.name, len(d.requests), result._by_block)

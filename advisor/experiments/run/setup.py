@@ -10,10 +10,12 @@ from advisor.errors import AdvisorError
 from advisor.experiments.arms import model_swap
 from advisor.experiments.design import planning
 from advisor.experiments.design.deployment import Deployment
+from advisor.experiments.design.capacity import CAPACITY, CAPACITY_SIGNAL, CapacityPlan
 from advisor.experiments.design.plan import (
     SIGNAL_READOUT,
     Design,
     Guardrails,
+    Stopping,
     block_order,
     default_workload,
     fresh_seed,
@@ -82,7 +84,7 @@ def readout(mechanism: str | None, override: str | None) -> tuple[str, str]:
     (an A/A run's, where no knob names one)."""
     if override:
         if override not in SIGNAL_READOUT:
-            raise DesignError(f"unknown readout {override!r}; known: {', '.join(SIGNAL_READOUT)}")
+            raise DesignError(f"unknown readout {override!r}; known: {', '.join([*SIGNAL_READOUT, CAPACITY_SIGNAL])}")
         return SIGNAL_READOUT[override]
     if mechanism is None:
         return ("ttft", "p50")
@@ -133,7 +135,7 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
            warmup: int = 16, readout_signal: str | None = None, seed: int | None = None,
            guardrails: Guardrails | None = None, direction: str | None = None, state: EngineState | None = None,
            sequential: bool = True, effect: float = planning.DEFAULT_EFFECT, aa: bool = False,
-           calibration=None, baseline: str = "auto") -> Design:
+           calibration=None, baseline: str = "auto", capacity: CapacityPlan | None = None) -> Design:
     """Validates everything (knob, value, engine support) and plans the blocks, before anything starts.
 
     direction: what the check prescribes (up, down, on, off; None: the catalog's default direction
@@ -146,7 +148,8 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
     A/A calibration, else the conservative default). sequential: looks after every pair of blocks
     (stop at the first decisive one), else one look at the maximum.
     aa: a deliberate A/A run: the candidate is the baseline's own configuration (`mechanism` may be
-    None), to measure the target's noise."""
+    None), to measure the target's noise. capacity: a capacity experiment (readout "capacity"): the
+    arms searched for their capacity at its SLO, in trials of its size instead of blocks."""
     if aa:
         # With endpoints, the candidate URL is the baseline's own or a replica of its configuration
         # (the launcher's preflight refuses two arms that reveal different configurations): an A/A
@@ -166,7 +169,9 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
         concurrency = default_concurrency(mechanism, value) if mechanism else 8
     exp_id = new_id()
     fresh = fresh_seed(exp_id) if seed is None else seed
-    primary = readout(mechanism if not aa else None, readout_signal)
+    if (readout_signal == CAPACITY_SIGNAL) != (capacity is not None):
+        raise DesignError("the capacity readout needs its plan (the SLO file), and a plan its readout")
+    primary = CAPACITY if capacity else readout(mechanism if not aa else None, readout_signal)
     w = with_seed(workload, fresh, pinned=seed is not None) if workload is not None else \
         default_workload(mechanism or "aa", block_requests or planning.CONSERVATIVE_REQUESTS, concurrency, fresh)
     if mechanism == "scheduling_policy" and value == "priority" and not aa \
@@ -175,24 +180,29 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
                           "priority, so a priority scheduler has nothing to reorder (an A/A run labelled as a test); "
                           "give a workload whose buckets set different priorities, or none for the knob's own "
                           "two-class workload")
-    n = block_requests or w.requests or planned_count(w)
-    noise = (calibration.noise(*primary) if calibration is not None else None) or planning.conservative(primary[1])
-    try:
-        p = planning.plan(primary[1], noise, requests_per_block=n, requests_fixed=block_requests is not None,
-                          max_blocks=blocks, effect=effect, sequential=sequential)
-    except planning.PlanError as e:
-        raise DesignError(str(e)) from None
-    if p.requests_per_block != planned_count(w):
-        w = w.model_copy(update={"requests": p.requests_per_block, "duration_s": None})
+    if capacity is not None:  # one trial's requests, warmup first: no blocks to plan
+        n = capacity.trial_requests + capacity.warmup_requests
+        max_blocks, stopping, plan_lines = 1, Stopping(), []
+    else:
+        n = block_requests or w.requests or planned_count(w)
+        noise = (calibration.noise(*primary) if calibration is not None else None) or planning.conservative(primary[1])
+        try:
+            p = planning.plan(primary[1], noise, requests_per_block=n, requests_fixed=block_requests is not None,
+                              max_blocks=blocks, effect=effect, sequential=sequential)
+        except planning.PlanError as e:
+            raise DesignError(str(e)) from None
+        n, max_blocks, stopping, plan_lines = p.requests_per_block, p.max_blocks, p.stopping, p.describe()
+    if n != planned_count(w):
+        w = w.model_copy(update={"requests": n, "duration_s": None})
     requests = plan(w)
     if state is not None and state.max_model_len:
         from advisor.workload.context import check_fits
 
         check_fits(requests, state.max_model_len, "the baseline's max_model_len, read from its /v1/models")
-    secondary = secondary_readouts(knob, primary) if knob else _aa_secondaries(primary)
+    secondary = [] if capacity else secondary_readouts(knob, primary) if knob else _aa_secondaries(primary)
     return Design(id=exp_id, deployment=dep, mechanism=mechanism or "aa", value=value, baseline_args=base_args,
                   candidate_args=cand_args, candidate_env=cand_env, workload=w, requests=requests,
-                  blocks_per_arm=p.max_blocks, order=block_order(p.max_blocks), warmup_requests=warmup,
+                  blocks_per_arm=max_blocks, order=block_order(max_blocks), warmup_requests=warmup,
                   primary=primary, secondary=secondary,
                   guardrails=guardrails or effective_guardrails(dep),
                   numerics=bool(getattr(knob, "changes_numerics", False)),
@@ -200,7 +210,7 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
                   watch=tuple(getattr(knob, "watch", ()) or ()),
                   direction=(direction or knob.candidate.default) if knob and value_text is None else None,
                   seed_pinned=seed is not None or (workload is not None and "seed" in workload.model_fields_set),
-                  stopping=p.stopping, plan=p.describe(), aa=aa, models=models, baseline=baseline,
+                  stopping=stopping, plan=plan_lines, aa=aa, models=models, baseline=baseline, capacity=capacity,
                   replicas=({"baseline": _replica_count(dep), "candidate": int(value)}
                             if knob and (dep.local or dep.kubernetes) and knob.engine(dep.engine).kind == "deployment"
                             else {}))

@@ -1,0 +1,66 @@
+"""The plan of a capacity experiment (`advisor experiment --readout capacity`): the SLO whose
+capacity both arms are searched for, the trials' size, and the search's limits.
+
+The ratio's interval is made of the two arms' intervals (advisor/experiments/judgement/judge.py
+judge_capacity): each end of each arm's interval is taken at alpha / 4, so that the ratio's two
+ends together miss at most alpha (Bonferroni over the two arms, each side).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from advisor.capacity import search as s
+from advisor.capacity import trials as tr
+from advisor.diagnosis.slo import SLO, load_slo
+from advisor.errors import AdvisorError
+
+LEVEL = 0.95  # the ratio's interval
+CAPACITY_SIGNAL = "capacity"  # what --readout and a catalog check name
+CAPACITY = ("capacity", "per_s")
+
+
+class CapacityPlanError(AdvisorError, ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    slo: SLO
+    objectives: tuple[s.Objective, ...]
+    trial_requests: int
+    warmup_requests: int
+    width: float = 0.10
+    min_rate: float = s.MIN_RATE
+    max_rate: float = s.MAX_RATE
+    alpha: float = (1 - LEVEL) / 4  # per end of each arm's interval
+
+    def limits(self, start_rate: float, max_requests: int | None, max_seconds: float | None) -> s.Limits:
+        return s.Limits(start_rate=start_rate, max_rate=self.max_rate, min_rate=self.min_rate, width=self.width,
+                        alpha=self.alpha, max_requests=max_requests, max_seconds=max_seconds)
+
+    def describe(self) -> list[str]:
+        return [f"capacity at the SLO ({'; '.join(o.label for o in self.objectives)}): each arm's highest rate "
+                f"at which every objective holds, searched to +-{self.width:.0%} from half a closed-loop burst's "
+                f"throughput on the baseline, between {self.min_rate:g} and {self.max_rate:g} requests/s",
+                f"trials: {self.trial_requests} tallied + {self.warmup_requests} warmup requests each, the arms' "
+                "trials in turn (A, B, A, B ...), each trial's arrivals and prompts drawn alike on both arms",
+                f"verdict: the ratio of the capacities, its {LEVEL:.0%} interval from both arms' intervals (each "
+                f"end at {1 - self.alpha:.2%})"]
+
+
+def capacity_plan(slo_file: Path | None, *, width: float = 0.10, trial_requests: int | None = None) -> CapacityPlan:
+    """The plan from the SLO file (None: the default SLOs); one-line errors."""
+    if not 0 < width < 0.5:
+        raise CapacityPlanError(f"width {width:g}: expected a relative half-width between 0 and 0.5")
+    slo = load_slo(slo_file)
+    try:
+        objs = tr.objectives(slo, set(slo.model_fields_set) if slo_file else None)
+    except tr.CapacityInputError as e:
+        raise CapacityPlanError(f"{slo_file}: {e}") from None
+    alpha = (1 - LEVEL) / 4
+    # A trial must be able to show its strictest objective holding at this alpha.
+    size = trial_requests or max(tr.trial_size(objs), *(s.needed(o.share, alpha) for o in objs))
+    return CapacityPlan(slo=slo, objectives=tuple(objs), trial_requests=size, warmup_requests=max(10, size // 2),
+                        width=width, alpha=alpha)
