@@ -173,12 +173,13 @@ def test_one_replica_against_two_with_the_advisor_s_client_spreading_the_request
         assert x["verdict"] == "improved", (x["ratio"], x["ci"], x["reason"], x["blocks"])
         assert x["ci"][1] < 0.8
         # Each arm's engines said why: one slot busy on the baseline, up to two on the candidate, whose
-        # second replica takes part of the queue (gauges are sampled: a block of a second has two
-        # samples, and one run read a median of 1.0 running on the candidate).
+        # second replica generates beside the first (gauges are sampled: a block of a second has two
+        # samples, so one run read a median of 1.0 running on the candidate, another a queue per
+        # replica as long as the baseline's; the engines' own token counters are integrated).
         server = {row["signal"]: row for row in x["server"]}
-        running, waiting = server["requests_running_avg"], server["requests_waiting_avg"]
+        running, tokens = server["requests_running_avg"], server["generation_tokens_per_s"]
         assert running["baseline"] <= 1.01 and running["candidate"] <= 2.01, x["server"]
-        assert waiting["candidate"] < waiting["baseline"], x["server"]
+        assert tokens["candidate"] > tokens["baseline"], x["server"]
         assert listener(base.port) == found and healthy(base.url), "the engine found serving is untouched"
         assert listener(cport) is None and listener(cport + 1) is None, "both candidate replicas stopped"
 
