@@ -152,7 +152,7 @@ def design(req: ExperimentRequest, prepared: Prepared | None = None) -> Design:
         try:
             capacity = capacity_plan(req.slo, width=req.width, trial_requests=req.block_requests)
         except CapacityPlanError as e:
-            raise DesignError(f"--slo {e}" if req.slo else str(e)) from None
+            raise DesignError(str(e)) from None
     elif req.slo is not None:
         raise DesignError("--slo is the SLO file of --readout capacity (other readouts are judged as ratios, not "
                           "against an SLO)")

@@ -92,7 +92,7 @@ class CapacityResult(BaseModel):
         est = f"{self.estimate:.3g} requests/s, " if self.estimate is not None else ""
         head = "partial answer: " if self.status == "partial" else ""
         tail = f" ({self.binding_label} binds first)" if self.binding else ""
-        return f"{head}capacity {est}{self.level:.0%} interval [{lo}, {hi}]{tail}"
+        return f"{head}capacity {est}{100 * self.level:.3g}% interval [{lo}, {hi}]{tail}"
 
     @property
     def binding_label(self) -> str:

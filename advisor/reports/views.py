@@ -173,6 +173,8 @@ def _metric_rows(metrics: list[MetricResult]) -> list[MetricRow]:
 def _readout_value(m: MetricResult, v: float | None) -> str:
     if v is None:
         return "-"
+    if m.statistic == "per_s":  # a block readout, or the capacity: a rate
+        return f"{v:.4g}/s"
     if not readouts.is_block_readout(m.metric, m.statistic):
         return _seconds(v)  # every per-request readout is a latency
     return f"{v:.4g}/s" if m.statistic == "per_s" else f"{v:.4g}"
@@ -236,7 +238,8 @@ def _manifest_line(m: dict) -> str | None:
             else "")
     return (f"{engine}, model {m['deployment'].get('model')}, {machine}{arms}; workload "
             f"{work.get('name')} ({m.get('concurrency_or_rate')}, seed {(m.get('seeds') or {}).get('workload')}); "
-            f"blocks {' '.join(m.get('block_order') or [])}")
+            + (f"blocks {' '.join(m['block_order'])}" if m.get("block_order") else
+               "trials " + ", ".join(f"{arm} {x.get('trials')}" for arm, x in (m.get("per_arm") or {}).items())))
 
 
 def experiment_view(result: ExperimentResult | None, *, key: str = "", deployment: str = "", mechanism: str = "",

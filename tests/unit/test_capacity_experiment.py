@@ -103,3 +103,122 @@ def test_the_plan_refuses_an_slo_file_without_a_latency_slo_in_one_line(tmp_path
     assert math.isclose(p.alpha, 0.0125)
     with pytest.raises(CapacityPlanError):
         capacity_plan(slo, width=0.7)
+    with pytest.raises(CapacityPlanError) as e:  # a trial that could never show the SLO holding
+        capacity_plan(slo, trial_requests=60)
+    assert "needs at least 86 requests to show TTFT p95 <= 500 ms holding" in str(e.value)
+    assert capacity_plan(slo, trial_requests=86).trial_requests == 86
+
+
+# --------------------------------------------------------------------------------------------
+# the runner's own logic: the arms' trials in turn, alike draws, the restore whatever happens
+# (a launcher that records what it is asked, trials from the simulated arms; the live run is
+# measured in the README)
+
+
+class RecordingLauncher:
+    """The Launcher protocol, recording every call; the candidate falls ill after `ill_after` checks."""
+
+    def __init__(self, ill_after: int | None = None):
+        self.calls, self.starts, self.notes, self.ill_after, self.checks = [], 0, [], ill_after, 0
+
+    def url(self, arm):
+        return f"http://{arm}.invalid"
+
+    def urls(self, arm):
+        return [self.url(arm)]
+
+    def bring_up(self, arm):
+        self.calls.append(("bring_up", arm))
+        return self.url(arm)
+
+    def check(self, arm):
+        if arm == "candidate":
+            self.checks += 1
+            if self.ill_after is not None and self.checks > self.ill_after:
+                return "the candidate engine (pid 1) exited"
+        return None
+
+    def take_down(self, arm):
+        self.calls.append(("take_down", arm))
+
+    def restore(self):
+        self.calls.append(("restore", None))
+        return None
+
+    def preflight(self):
+        self.calls.append(("preflight", None))
+
+    def found_state(self):
+        return {}
+
+
+def run_capacity_experiment(tmp_path, monkeypatch, launcher):
+    from advisor.capacity import trials as tr
+    from advisor.experiments.arms.journal import Journal
+    from advisor.experiments.design.deployment import Deployment
+    from advisor.experiments.run import capacity as runner
+    from advisor.experiments.run.setup import design
+
+    queues = {"http://baseline.invalid": Queue(slots=2), "http://candidate.invalid": Queue(slots=8)}
+    draws = []
+
+    def trial(self, rate):  # the simulated arm behind the job's target, one draw per trial of each arm
+        draw = next(self._draw)
+        draws.append((self.job.target.url, draw, rate))
+        q = queues[self.job.target.url]
+        return q.trial(rate, 200, 100, TTFT, random.Random(f"{self.job.target.url}:{draw}"))
+
+    class Sizer:
+        def prompts_for(self, reqs, workload, salt=""):
+            return {r.index: "x" for r in reqs}
+
+    monkeypatch.setattr(tr.LiveTrials, "__call__", trial)
+    monkeypatch.setattr(tr, "burst_throughput", lambda job, send: (4.0, 32))
+    monkeypatch.setattr(runner, "_warmup", lambda *a, **k: None, raising=False)
+    dep = Deployment.model_validate({"name": "sim", "engine": "vllm", "model": "m", "launcher": "endpoints",
+                                     "endpoints": {"baseline": "http://baseline.invalid",
+                                                   "candidate": "http://candidate.invalid"}})
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("ttft_p95: 1.0\n")
+    from advisor.experiments.design.capacity import capacity_plan
+
+    from advisor.experiments.design.plan import Guardrails
+
+    d = design(dep, "max_num_seqs", "8", None, readout_signal="capacity", capacity=capacity_plan(slo),
+               state=_state(), guardrails=Guardrails(max_duration_s=1e6, max_requests=10**6))
+    lines = []
+    result = runner.execute(d, launcher, Journal(tmp_path), lines.append, sizer_for=lambda url: Sizer())
+    return result, draws, lines
+
+
+def _state():
+    from advisor.experiments.arms.engine_state import EngineState
+
+    return EngineState(source="test")
+
+
+def test_the_runner_alternates_the_arms_with_alike_draws_and_restores(tmp_path, monkeypatch):
+    launcher = RecordingLauncher()
+    r, draws, lines = run_capacity_experiment(tmp_path, monkeypatch, launcher)
+    assert r.status == "finished" and r.verdict == "improved" and r.ci[0] > 1, (r.ratio, r.ci, r.reason)
+    assert set(r.capacity) == {"baseline", "candidate"}
+    # In turn while both search: A, B, A, B ...; trial k of each arm the same draw, at the same rate first.
+    arms = [u.split("//")[1].split(".")[0] for u, _, _ in draws]
+    both = min(len(r.capacity["baseline"].trials), len(r.capacity["candidate"].trials))
+    assert arms[:2 * both] == ["baseline", "candidate"] * both
+    per_arm = {arm: [(k, rate) for u, k, rate in draws if arm in u] for arm in ("baseline", "candidate")}
+    assert [k for k, _ in per_arm["baseline"]] == list(range(len(per_arm["baseline"])))
+    assert [k for k, _ in per_arm["candidate"]] == list(range(len(per_arm["candidate"])))
+    assert per_arm["baseline"][0][1] == per_arm["candidate"][0][1] == 2.0, "both start at half the burst"
+    assert launcher.calls[0] == ("preflight", None) and launcher.calls[-1] == ("restore", None)
+    assert any("search ended" in line for line in lines)
+    assert "\n" not in r.capacity["baseline"].summary
+
+
+def test_a_candidate_that_falls_ill_aborts_keeps_both_answers_so_far_and_restores(tmp_path, monkeypatch):
+    launcher = RecordingLauncher(ill_after=3)
+    r, draws, _ = run_capacity_experiment(tmp_path, monkeypatch, launcher)
+    assert r.status == "aborted" and r.verdict == "inconclusive"
+    assert r.aborted == "guardrail: the candidate engine (pid 1) exited" and r.reason.startswith("aborted: ")
+    assert {c.status for c in r.capacity.values()} == {"partial"}
+    assert launcher.calls[-1] == ("restore", None) and r.baseline_restored

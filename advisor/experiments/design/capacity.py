@@ -60,7 +60,13 @@ def capacity_plan(slo_file: Path | None, *, width: float = 0.10, trial_requests:
     except tr.CapacityInputError as e:
         raise CapacityPlanError(f"{slo_file}: {e}") from None
     alpha = (1 - LEVEL) / 4
-    # A trial must be able to show its strictest objective holding at this alpha.
-    size = trial_requests or max(tr.trial_size(objs), *(s.needed(o.share, alpha) for o in objs))
+    # A trial must be able to show its strictest objective holding at this alpha: with fewer
+    # requests, every trial of a search that holds is unclear, and no interval can close.
+    least = max(s.needed(o.share, alpha) for o in objs)
+    if trial_requests is not None and trial_requests < least:
+        strictest = max(objs, key=lambda o: s.needed(o.share, alpha))
+        raise CapacityPlanError(f"--block-requests {trial_requests}: a capacity trial needs at least {least} "
+                                f"requests to show {strictest.label} holding at {1 - alpha:.2%}")
+    size = trial_requests or max(tr.trial_size(objs), least)
     return CapacityPlan(slo=slo, objectives=tuple(objs), trial_requests=size, warmup_requests=max(10, size // 2),
                         width=width, alpha=alpha)

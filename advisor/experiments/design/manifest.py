@@ -10,8 +10,12 @@ from advisor.loadgen.metrics import DEFINITIONS
 
 def experiment_manifest(d: Design, r: ExperimentResult) -> dict:
     w = d.workload
-    per_arm = {arm: {"blocks": sum(b.arm == arm for b in r.blocks),
-                     "requests": sum(b.requests for b in r.blocks if b.arm == arm)} for arm in ("baseline", "candidate")}
+    if d.capacity is not None:  # trials of each arm's search, not blocks
+        per_arm = {arm: {"trials": len(c.trials), "requests": c.requests} for arm, c in r.capacity.items()}
+    else:
+        per_arm = {arm: {"blocks": sum(b.arm == arm for b in r.blocks),
+                         "requests": sum(b.requests for b in r.blocks if b.arm == arm)}
+                   for arm in ("baseline", "candidate")}
     url = d.deployment.target_url
     return {
         "experiment": d.id,
@@ -44,7 +48,8 @@ def experiment_manifest(d: Design, r: ExperimentResult) -> dict:
         "stop_reason": r.stop_reason,
         "restarts": [{"arm": b.arm, "block": b.block + 1, "seconds": b.restart_s} for b in r.blocks
                      if b.restart_s is not None],
-        "block_order": [f"{arm}:{b + 1}" for arm, b in d.order],
+        "block_order": [] if d.capacity else [f"{arm}:{b + 1}" for arm, b in d.order],
+        "capacity": d.capacity.describe() if d.capacity else None,
         "per_arm": per_arm,
         "load_generator_valid": all(b.generator_valid for b in r.blocks),
         "metric_definitions": DEFINITIONS,
