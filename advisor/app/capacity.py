@@ -139,15 +139,11 @@ def _start_rate(job, req: CapacityRequest, say: Callable[[str], None]) -> float:
     if req.from_prom and job.workload.arrival.rate:
         return min(max(job.workload.arrival.rate, req.min_rate), req.max_rate)
     try:
-        throughput, n = tr.burst_throughput(job, _closed)
+        throughput, n = tr.burst_throughput(job)
     except tr.CapacityInputError as e:
         raise CapacityError(str(e)) from None
     say(f"a burst of {n} requests, {tr.PROBE_CONCURRENCY} at a time, completed {throughput:.3g}/s: starting at half")
     return min(max(throughput / 2, req.min_rate), req.max_rate)
-
-
-def _closed(requests, job, concurrency: int):
-    return run_load(run_requests(job.target, requests, job.prompts, concurrency=concurrency))
 
 
 def _price(req: CapacityRequest, spec_price) -> tuple[tuple[float | None, str | None], int | None]:

@@ -19,8 +19,10 @@ from dataclasses import replace
 from advisor.capacity.search import Objective, Tally, Trial, TrialResult, needed, tally
 from advisor.diagnosis.slo import SLO
 from advisor.loadgen.execute import Job
+from advisor.loadgen.loop import run_load
 from advisor.loadgen.metrics import summarize
 from advisor.loadgen.record import RequestRecord
+from advisor.loadgen.runner import run as run_requests
 from advisor.workload.plan import gaps
 from advisor.workload.spec import Arrival, Workload
 
@@ -148,14 +150,13 @@ def trial_line(t: Trial, objs: list[Objective]) -> str:
             + ("" if t.valid else f" - load generator invalid: {t.why_invalid}"))
 
 
-def burst_throughput(job: Job, send_closed: Callable[[list, Job, int], object]) -> tuple[float, int]:
+def burst_throughput(job: Job) -> tuple[float, int]:
     """(requests completed per second, requests sent) by a short closed-loop burst of the job's
     requests (PROBE_REQUESTS, PROBE_CONCURRENCY at a time): where a search starts, at half of it.
-    An open-loop rate above what the engine completes cannot hold, and trials at low rates are long.
-    send_closed(requests, job, concurrency) runs them and returns the load generator's Run."""
+    An open-loop rate above what the engine completes cannot hold, and trials at low rates are long."""
     n = min(PROBE_REQUESTS, len(job.requests))
     burst = [replace(r, at_s=None) for r in job.requests[:n]]
-    run = send_closed(burst, job, PROBE_CONCURRENCY)
+    run = run_load(run_requests(job.target, burst, job.prompts, concurrency=PROBE_CONCURRENCY))
     ok = [r for r in run.records if r.status == "ok"]
     if not ok or run.wall_s <= 0:
         raise CapacityInputError(f"none of {n} requests to {job.target.url} succeeded before the search: "

@@ -88,6 +88,4 @@ def markdown(r: CapacityResult) -> str:
 def html(r: CapacityResult) -> str:
     from advisor.reports.html import render
 
-    series = {o.label: [(t.rate, t.shares.get(o.name), t.outcome) for t in r.trials] for o in r.objectives}
-    chart = charts.attainment(series, {o.label: o.share for o in r.objectives}, (r.low, r.high), r.estimate)
-    return render("capacity.html.j2", r=r, chart=chart, plan_line=plan_line(r))
+    return render("capacity.html.j2", r=r, chart=charts.attainment_of(r), plan_line=plan_line(r))

@@ -15,10 +15,14 @@ import re
 import threading
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 
 from advisor import escape
+
+if TYPE_CHECKING:
+    from advisor.capacity.result import CapacityResult
 import functools
 
 BASELINE, CANDIDATE = "#4c72b0", "#dd8452"
@@ -187,6 +191,12 @@ def evidence(rows: Sequence[tuple[str, float, float]], title: str) -> Markup:
 
 
 @charted
+def attainment_of(r: CapacityResult) -> Markup:
+    """A capacity search's attainment chart (`attainment`), from its result."""
+    series = {o.label: [(t.rate, t.shares.get(o.name), t.outcome) for t in r.trials] for o in r.objectives}
+    return attainment(series, {o.label: o.share for o in r.objectives}, (r.low, r.high), r.estimate)
+
+
 def attainment(series: dict[str, Sequence[tuple[float, float | None, str]]], targets: dict[str, float],
                interval: tuple[float | None, float | None], estimate: float | None) -> Markup:
     """The attainment curve of a capacity search: per objective (label -> points of (rate, share,

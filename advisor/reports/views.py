@@ -109,12 +109,9 @@ class CapacityArmRow:
 def _capacity_rows(r: ExperimentResult, charts_on: bool) -> list[CapacityArmRow]:
     rows = []
     for arm, c in r.capacity.items():
-        chart = None
-        if charts_on:
-            series = {o.label: [(t.rate, t.shares.get(o.name), t.outcome) for t in c.trials] for o in c.objectives}
-            chart = charts.attainment(series, {o.label: o.share for o in c.objectives}, (c.low, c.high), c.estimate)
         rows.append(CapacityArmRow(arm, c.summary, c.status, len(c.trials), c.requests, f"{c.seconds:.0f} s",
-                                   "-" if c.goodput_at_low is None else f"{c.goodput_at_low:.3g}/s", chart))
+                                   "-" if c.goodput_at_low is None else f"{c.goodput_at_low:.3g}/s",
+                                   charts.attainment_of(c) if charts_on else None))
     return rows
 
 

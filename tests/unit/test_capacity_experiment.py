@@ -173,8 +173,8 @@ def run_capacity_experiment(tmp_path, monkeypatch, launcher):
             return {r.index: "x" for r in reqs}
 
     monkeypatch.setattr(tr.LiveTrials, "__call__", trial)
-    monkeypatch.setattr(tr, "burst_throughput", lambda job, send: (4.0, 32))
-    monkeypatch.setattr(runner, "_warmup", lambda *a, **k: None, raising=False)
+    monkeypatch.setattr(tr, "burst_throughput", lambda job: (4.0, 32))
+    monkeypatch.setattr(runner.runner, "warm_up", lambda *a, **k: None)
     dep = Deployment.model_validate({"name": "sim", "engine": "vllm", "model": "m", "launcher": "endpoints",
                                      "endpoints": {"baseline": "http://baseline.invalid",
                                                    "candidate": "http://candidate.invalid"}})

@@ -19,6 +19,7 @@ from advisor.errors import AdvisorError
 LEVEL = 0.95  # the ratio's interval
 CAPACITY_SIGNAL = "capacity"  # what --readout and a catalog check name
 CAPACITY = ("capacity", "per_s")
+ALPHA = (1 - LEVEL) / 4  # per end of each arm's interval
 
 
 class CapacityPlanError(AdvisorError, ValueError):
@@ -34,7 +35,7 @@ class CapacityPlan:
     width: float = 0.10
     min_rate: float = s.MIN_RATE
     max_rate: float = s.MAX_RATE
-    alpha: float = (1 - LEVEL) / 4  # per end of each arm's interval
+    alpha: float = ALPHA
 
     def limits(self, start_rate: float, max_requests: int | None, max_seconds: float | None) -> s.Limits:
         return s.Limits(start_rate=start_rate, max_rate=self.max_rate, min_rate=self.min_rate, width=self.width,
@@ -59,7 +60,7 @@ def capacity_plan(slo_file: Path | None, *, width: float = 0.10, trial_requests:
         objs = tr.objectives(slo, set(slo.model_fields_set) if slo_file else None)
     except tr.CapacityInputError as e:
         raise CapacityPlanError(f"{slo_file}: {e}") from None
-    alpha = (1 - LEVEL) / 4
+    alpha = ALPHA
     # A trial must be able to show its strictest objective holding at this alpha: with fewer
     # requests, every trial of a search that holds is unclear, and no interval can close.
     least = max(s.needed(o.share, alpha) for o in objs)

@@ -47,14 +47,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     plan = design.capacity
     assert plan is not None, "a capacity experiment needs its plan"
     exp, objs = design.id, list(plan.objectives)
-    launcher.preflight()
-    for note in launcher.notes:
-        say(note)
-    journal.write(exp, "begin", deployment=design.deployment.name, mechanism=design.mechanism,
-                  value=repr(design.value), **launcher.found_state(),
-                  baseline_args=design.baseline_args, candidate_args=design.candidate_args)
-    sizer_for = sizer_for or (lambda url: PromptSizer.for_target(url, design.deployment.model,
-                                                                 tokenizer=design.workload.tokenizer))
+    sizer_for = runner.begin(design, launcher, journal, say, sizer_for)
     trials: dict[str, list[s.Trial]] = {arm: [] for arm in ARMS}
     answers: dict[str, s.Answer] = {}
     aborted: str | None = None
@@ -73,7 +66,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
             not_started = str(e)
             raise runner.Aborted(f"could not start: {e}") from None
         try:
-            throughput, n = tr.burst_throughput(job, _closed)
+            throughput, n = tr.burst_throughput(job)
         except tr.CapacityInputError as e:
             raise runner.Aborted(str(e)) from None
         start = min(max(throughput / 2, plan.min_rate), plan.max_rate)
@@ -85,7 +78,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
             for arm in ARMS}
         lives = {arm: _live(design, job, arm, launcher) for arm in ARMS}
         pending = {arm: next(walks[arm]) for arm in ARMS}
-        warm = runner._warmup_requests(design)
+        warm = runner.warmup_requests(design)
         warm_prompts = sizer.prompts_for(warm, design.workload, salt="warmup") if warm else {}
         cold = set(ARMS)
         while pending:
@@ -101,7 +94,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                 if arm in cold:
                     if warm:
                         say(f"warming the {arm} up: {len(warm)} requests, not measured")
-                    runner._warmup(target, warm, warm_prompts, design.workload.arrival.concurrency or 4)
+                    runner.warm_up(target, warm, warm_prompts, design.workload.arrival.concurrency or 4)
                     cold.discard(arm)
                 live = lives[arm]
                 live.job = dataclasses.replace(live.job, target=target)
@@ -123,7 +116,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     except KeyboardInterrupt:
         aborted, interrupted = "interrupted", True
     finally:
-        restored, note, signalled = runner._restore(launcher, journal, exp, say)
+        restored, note, signalled = runner.restore(launcher, journal, exp, say)
     if aborted:
         journal.write(exp, "aborted", reason=aborted)
     if not_started is not None and not signalled:
@@ -145,10 +138,6 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
 
 def _target(design: Design, url: str, spread) -> Target:
     return Target(url=url, model=design.deployment.model, api=design.workload.api, spread=tuple(spread))
-
-
-def _closed(requests, job: Job, concurrency: int):
-    return run_load(run(job.target, requests, job.prompts, concurrency=concurrency))
 
 
 def _live(design: Design, job: Job, arm: str, launcher: Launcher) -> tr.LiveTrials:

@@ -68,13 +68,13 @@ def _block_requests(design: Design, block: int):
     return [dataclasses.replace(r, index=block * BLOCK_STRIDE + r.index) for r in design.requests]
 
 
-def _warmup_requests(design: Design):
+def warmup_requests(design: Design):
     base = design.requests
     return [dataclasses.replace(base[i % len(base)], index=999 * BLOCK_STRIDE + i, cancel_after_tokens=None)
             for i in range(max(0, design.warmup_requests))]
 
 
-def _warmup(target: Target, reqs, prompts, concurrency: int) -> None:
+def warm_up(target: Target, reqs, prompts, concurrency: int) -> None:
     """The first requests after a start are slow (allocation, caches): send the block's own shape,
     at its own concurrency, and measure nothing."""
     if not reqs:
@@ -106,14 +106,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     if paced is not None:
         say(f"the load generator keeps the schedule here: a trial of {paced.sends} sends at {paced.rate:.1f}/s "
             f"fired {paced.lag_p99_s * 1000:.0f} ms late at p99")
-    launcher.preflight()
-    for note in launcher.notes:  # what the plan became on this host (a fresh baseline and why, rooms)
-        say(note)
-    journal.write(exp, "begin", deployment=design.deployment.name, mechanism=design.mechanism,
-                  value=repr(design.value), **launcher.found_state(),
-                  baseline_args=design.baseline_args, candidate_args=design.candidate_args)
-    sizer_for = sizer_for or (lambda url: PromptSizer.for_target(url, design.deployment.model,
-                                                                 tokenizer=design.workload.tokenizer))
+    sizer_for = begin(design, launcher, journal, say, sizer_for)
     not_started: str | None = None
     by_block: dict[tuple[str, int], list[RequestRecord]] = {}
     blocks: list[BlockRecord] = []
@@ -132,7 +125,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
             t0 = time.monotonic()
             prompts = Prompts(design, sizer_for(launcher.bring_up("baseline")))
             restart = {"baseline": time.monotonic() - t0} if launcher.starts else {}
-            warm_reqs = _warmup_requests(design)
+            warm_reqs = warmup_requests(design)
             warm_prompts = prompts.sizer(warm_reqs) if warm_reqs else []
             block_prompts = {b: prompts.sizer(_block_requests(design, b)) for b in range(design.blocks_per_arm)}
         except (LaunchError, PromptSizingError) as e:
@@ -158,7 +151,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
                 a = design.workload.arrival
                 if warm_reqs:
                     say(f"warming the {arm} up: {len(warm_reqs)} requests, not measured")
-                _warmup(target, warm_reqs, warm_prompts, a.concurrency or 4)
+                warm_up(target, warm_reqs, warm_prompts, a.concurrency or 4)
                 warmed_now = len(warm_reqs)
                 if design.numerics and arm not in outputs:
                     outputs[arm] = quality.greedy(url, design.deployment.model)
@@ -237,7 +230,7 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     except KeyboardInterrupt:
         aborted, interrupted = "interrupted", True
     finally:
-        restored, note, signalled = _restore(launcher, journal, exp, say)
+        restored, note, signalled = restore(launcher, journal, exp, say)
     if aborted:
         journal.write(exp, "aborted", reason=aborted)
     if not_started is not None and not signalled:
@@ -259,6 +252,20 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
     return result
 
 
+def begin(design: Design, launcher: Launcher, journal: Journal, say: Callable[[str], None],
+          sizer_for: Callable[[str], PromptSizer] | None) -> Callable[[str], PromptSizer]:
+    """The launcher's preflight (refused before anything starts), its notes said, "begin"
+    journalled with what was found serving; returns how prompts are sized against an arm's URL."""
+    launcher.preflight()
+    for note in launcher.notes:  # what the plan became on this host (a fresh baseline and why, rooms)
+        say(note)
+    journal.write(design.id, "begin", deployment=design.deployment.name, mechanism=design.mechanism,
+                  value=repr(design.value), **launcher.found_state(),
+                  baseline_args=design.baseline_args, candidate_args=design.candidate_args)
+    return sizer_for or (lambda url: PromptSizer.for_target(url, design.deployment.model,
+                                                            tokenizer=design.workload.tokenizer))
+
+
 def _look_line(look: Look, n: int) -> str:
     why = f" ({look.reason})" if look.reason else ""
     return (f"look {n} after {look.blocks} blocks per arm: ratio {ratio_text(look.ratio)}, "
@@ -271,7 +278,7 @@ class KeyboardInterruptWithResult(KeyboardInterrupt):
         self.result = result
 
 
-def _restore(launcher: Launcher, journal: Journal, exp: str, say) -> tuple[bool, str, bool]:
+def restore(launcher: Launcher, journal: Journal, exp: str, say) -> tuple[bool, str, bool]:
     """Leave the target as found, shielded: a SIGINT or SIGTERM that arrives meanwhile is deferred
     until the restore is done. Returns (restored, note, whether a signal arrived)."""
     restored, note, signalled = False, "restore interrupted; the next start will retry it", False
