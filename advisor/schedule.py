@@ -1,5 +1,7 @@
-"""The schedule `advisor serve` runs: a diagnosis of each deployment every `diagnose_every`, and
-the weekly report at its cron time (written to out_dir, posted to the webhook).
+"""The schedule `advisor serve` runs: a diagnosis of each deployment every `diagnose_every`, a
+capacity search every `capacity.every` (in a thread of its own: it takes minutes, and the diagnoses
+keep their times meanwhile), and the weekly report at its cron time (written to out_dir, posted to
+the webhook).
 
 Each run is one slot of one job (the diagnosis interval it falls in, the cron time it is for),
 claimed in the store's job_runs table before it runs: of two advisors on one database only the
@@ -24,6 +26,7 @@ from advisor.fleet.cron import parse_cron
 from advisor.units import parse_duration
 from probes.http import origin
 from advisor.app.alerts_out import AlertsOut, alerts_out_for
+from advisor.app.capacity import capacity_watched
 from advisor.app.diagnose import diagnose_watched
 
 log = logging.getLogger("advisor.schedule")
@@ -67,6 +70,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._store = None
+        self._long: dict[str, threading.Thread] = {}  # a capacity search running, by job
 
     @property
     def store(self):
@@ -105,6 +109,10 @@ class Scheduler:
             if w.diagnose_every:
                 slot = _slot_of(now, parse_duration(w.diagnose_every)).isoformat()
                 done += self._run(f"diagnose:{w.name}", slot, lambda w=w: self._diagnose(w))
+            if w.capacity is not None:
+                job = f"capacity:{w.name}"
+                slot = _slot_of(now, parse_duration(w.capacity.every)).isoformat()
+                done += self._run(job, slot, lambda w=w: self._capacity(w), background=True)
         weekly = self.config.weekly_report
         if weekly is not None:
             fire = last_fire(weekly.cron, now)
@@ -113,11 +121,30 @@ class Scheduler:
                 done += self._run("weekly-report", fire.isoformat(), lambda: self._weekly(fire))
         return done
 
-    def _run(self, job: str, slot: str, work) -> list[Outcome]:
+    def _run(self, job: str, slot: str, work, background: bool = False) -> list[Outcome]:
+        """Claims the slot and runs `work`; a background job (a capacity search) in a thread of its
+        own, its outcome recorded when it ends (a slot that comes while it runs waits for it)."""
+        running = self._long.get(job)
+        if running is not None and running.is_alive():
+            return []
         store = self.store
         run_id = store.claim_job(job, slot, self.owner)
         if run_id is None:
             return []
+        if background:
+            thread = threading.Thread(target=self._finish, args=(run_id, job, slot, work), name=job, daemon=True)
+            self._long[job] = thread
+            thread.start()
+            return [Outcome(job, slot, True, "started")]
+        return [self._finish(run_id, job, slot, work)]
+
+    def wait_background(self, timeout: float | None = None) -> None:
+        """Until every background job started so far has ended (tests, and a clean shutdown)."""
+        for thread in list(self._long.values()):
+            thread.join(timeout)
+
+    def _finish(self, run_id: int, job: str, slot: str, work) -> Outcome:
+        store = self.store
         try:
             detail, ok = work(), True
         except AdvisorError as e:
@@ -127,11 +154,18 @@ class Scheduler:
             detail, ok = f"internal error: {type(e).__name__}: {e}", False
         store.finish_job(run_id, ok, detail)
         (log.info if ok else log.warning)("%s %s: %s", job, slot, detail)
-        return [Outcome(job, slot, ok, detail)]
+        return Outcome(job, slot, ok, detail)
 
     def _diagnose(self, w) -> str:
         saved = diagnose_watched(w, self.store, self.alerts_out)
         return f"diagnosis {saved.saved_id}: " + saved.diagnosis.summary
+
+    def _capacity(self, w) -> str:
+        busy = [e.id for e in self.store.list_experiments(deployment=w.name, limit=5) if e.status == "running"]
+        if busy:  # its arms' load and the search's would each disturb the other's numbers
+            raise AdvisorError(f"capacity not measured: experiment {busy[0]} is running on {w.name}")
+        saved = capacity_watched(w, self.store, say=lambda m: log.info("capacity:%s: %s", w.name, m))
+        return f"capacity run {saved.id}: {saved.result.summary}"
 
     def _weekly(self, fire: datetime) -> str:
         from advisor.app.weekly import render, weekly_view

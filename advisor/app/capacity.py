@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from advisor import net
@@ -22,7 +22,11 @@ from advisor.loadgen.loop import run_load
 from advisor.loadgen.runner import run as run_requests
 from advisor.loadgen.served import context_of, model_of
 from advisor.loadgen.workers import run_workers
+from advisor.reports.capacity_trend import CapacityTrend, trend
+from advisor.fleet.config import WatchedDeployment
 from advisor.settings import get_settings
+from advisor.store import Store
+from advisor.units import parse_duration
 
 MAX_RATE, MIN_RATE = s.MAX_RATE, s.MIN_RATE
 
@@ -51,6 +55,10 @@ class CapacityRequest:
     headroom: float = 0.8
     price_per_hour: str | None = None
     workers: int = 1
+    # Guardrail for a target serving users: never more than this many times the production rate
+    # that --from-prom measured over the window.
+    max_rate_multiple: float | None = None
+    prom_auth: object | None = None  # advisor.yaml's credentials for from_prom (split off its URL at load)
 
 
 def _target(req: CapacityRequest) -> tuple[str, str | None, object | None, str]:
@@ -75,6 +83,9 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
         raise CapacityError(f"--width {req.width:g}: expected a relative half-width between 0 and 0.5 (0.1 = +-10 %)")
     if not 0 < req.headroom <= 1:
         raise CapacityError(f"--headroom {req.headroom:g}: expected a share of capacity in (0, 1]")
+    if req.max_rate_multiple is not None and not req.from_prom:
+        raise CapacityError("--max-rate-multiple needs the production rate: give --from-prom (the deployment's "
+                            "Prometheus, which measures it over the window)")
     if req.min_rate >= req.max_rate:
         raise CapacityError(f"--min-rate {req.min_rate:g} is not below --max-rate {req.max_rate:g}")
     url, spec_model, spec_price, shown = _target(req)
@@ -93,6 +104,8 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
     settings = get_settings()
     target, http = net.target(url, "engine", "--target")
     prom, prom_http = net.target(req.from_prom, "prom", "--from-prom") if req.from_prom else (None, None)
+    if req.prom_auth is not None:
+        prom_http = net.config("prom", auth=req.prom_auth)
     say(f"preparing {size + warmup} requests of the traffic shape (prompts sized for the target's tokenizer)")
     job = execute.prepare(target, workload_file=req.workload_file, from_prom=prom, window_s=req.window_s,
                           model=req.model or spec_model, timeout=settings.timeout, rate=1.0,
@@ -100,6 +113,9 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
                           context_lookup=lambda t, m, timeout: context_of(t, m, http.with_(timeout=timeout)),
                           http=http, prom_http=prom_http, duration_s=1.2 * (size + warmup) + 5)
     job.requests = _enough(job, size + warmup)
+    max_rate = req.max_rate
+    if req.max_rate_multiple is not None:
+        max_rate = _production_ceiling(job, req, notes)
 
     def send(planned, job_):
         if req.workers > 1:
@@ -109,7 +125,8 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
     live = tr.LiveTrials(job, objs, slo, send, warmup,
                          prompts_for=lambda reqs, draw: job.prompts_anew(reqs, f"trial-{draw}"))
     start = req.start_rate or _start_rate(job, req, say)
-    limits = s.Limits(start_rate=start, max_rate=req.max_rate, min_rate=req.min_rate, width=req.width,
+    start = min(start, max_rate)
+    limits = s.Limits(start_rate=start, max_rate=max_rate, min_rate=req.min_rate, width=req.width,
                       max_requests=req.max_requests, max_seconds=req.max_duration_s)
 
     started = datetime.now(timezone.utc)
@@ -125,6 +142,64 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
     return result
 
 
+def deployment_name(req: CapacityRequest) -> str | None:
+    """The name a saved answer is listed under: the deployment spec's (None for a bare --target)."""
+    return load_deployment(req.deployment).name if req.deployment else None
+
+
+def watched_request(watched: WatchedDeployment) -> CapacityRequest:
+    """A watched deployment's scheduled capacity run (advisor.yaml's capacity:) as a request: its
+    spec's baseline, its own traffic shape from its Prometheus, and the schedule's guardrails."""
+    plan = watched.capacity
+    if plan is None or watched.deployment is None:
+        raise CapacityError(f"{watched.name}: advisor.yaml schedules no capacity run for it (capacity: with a "
+                            "deployment spec)")
+    return CapacityRequest(deployment=watched.deployment, slo_file=plan.slo or watched.slo, from_prom=watched.prom_url,
+                           prom_auth=getattr(watched, "_auth", None), window_s=parse_duration(plan.window),
+                           model=watched.model, width=plan.width, trial_requests=plan.trial_requests,
+                           max_duration_s=parse_duration(plan.max_duration), max_requests=plan.max_requests,
+                           max_rate_multiple=plan.max_rate_multiple)
+
+
+@dataclass(frozen=True)
+class SavedCapacity:
+    id: int
+    result: CapacityResult
+
+
+def capacity_watched(watched: WatchedDeployment, store: Store,
+                     say: Callable[[str], None] = lambda _: None) -> SavedCapacity:
+    """A watched deployment's capacity measured and saved under its name, as the schedule runs it."""
+    result = run_capacity(watched_request(watched), say)
+    return SavedCapacity(store.save_capacity(result, deployment=watched.name), result)
+
+
+def trend_of(store: Store, deployment: str, end: datetime, period_s: float) -> CapacityTrend:
+    """The deployment's latest capacity in the period ending at `end` beside the latest of the period
+    before, as the dashboard and the weekly report show it."""
+    start, before = end - timedelta(seconds=period_s), end - timedelta(seconds=2 * period_s)
+    now = store.list_capacity(deployment=deployment, since=start, before=end, limit=1)
+    then = store.list_capacity(deployment=deployment, since=before, before=start, limit=1)
+    return trend(now[0] if now else None, then[0] if then else None)
+
+
+def _production_ceiling(job, req: CapacityRequest, notes: list[str]) -> float:
+    """The rate ceiling a multiple of the production rate sets, noted; CapacityError where no
+    production rate was measured (it is the guardrail's reference, never a guess)."""
+    rate = job.source_rate
+    if not rate:
+        raise CapacityError(f"no production rate measured over the window at {req.from_prom}: the rate ceiling "
+                            "cannot be set")
+    ceiling = min(req.max_rate, req.max_rate_multiple * rate)
+    if ceiling <= req.min_rate:
+        raise CapacityError(f"the rate ceiling {ceiling:.3g}/s ({req.max_rate_multiple:g} x the production rate "
+                            f"{rate:.3g}/s) is not above the floor {req.min_rate:g}/s: nothing to search")
+    notes.append(f"rate ceiling {ceiling:.3g} requests/s: {req.max_rate_multiple:g} x the production rate "
+                 f"{rate:.3g}/s that Prometheus measured (the target serves users; an answer at the ceiling "
+                 "is 'at least')")
+    return ceiling
+
+
 def _enough(job, n: int) -> list:
     """n requests of the prepared job, repeating its draw where it planned fewer (a short workload)."""
     reqs = list(job.requests)
@@ -136,8 +211,8 @@ def _enough(job, n: int) -> list:
 def _start_rate(job, req: CapacityRequest, say: Callable[[str], None]) -> float:
     """Where the search starts: the production rate the Prometheus workload measured, else half the
     throughput of a short closed-loop burst (capacity/trials.py burst_throughput)."""
-    if req.from_prom and job.workload.arrival.rate:
-        return min(max(job.workload.arrival.rate, req.min_rate), req.max_rate)
+    if req.from_prom and job.source_rate:
+        return min(max(job.source_rate, req.min_rate), req.max_rate)
     try:
         throughput, n = tr.burst_throughput(job)
     except tr.CapacityInputError as e:

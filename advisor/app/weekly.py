@@ -20,7 +20,9 @@ from advisor.errors import AdvisorError
 from advisor.fleet.config import FleetConfig, WatchedDeployment
 from advisor.reports import charts, views
 from advisor import net
+from advisor.app.capacity import trend_of
 from advisor.app.watched import spec_name
+from advisor.reports.capacity_trend import CapacityTrend
 from advisor.reports import html
 from advisor.settings import get_settings
 from probes import probe_prometheus
@@ -82,6 +84,7 @@ class DeploymentWeek:
     next_change: str = "none known: this deployment has no diagnosis yet"
     proven: str = "-"
     drift: list[DriftRow] = field(default_factory=list)
+    capacity: CapacityTrend | None = None  # where advisor.yaml schedules capacity runs, or one was saved
     problems: list[str] = field(default_factory=list)
 
 
@@ -140,6 +143,8 @@ def deployment_week(w: WatchedDeployment, store, end: datetime, period_s: float)
     week.persisted = sorted(_rules(now_f) & _rules(then_f))
     week.disappeared = sorted(_rules(then_f) - _rules(now_f))
     _experiments(week, w, store, start, end)
+    found = trend_of(store, w.name, end, period_s)
+    week.capacity = found if w.capacity is not None or found.latest_id is not None else None
     try:
         slo = load_slo(w.slo)
         latency = [f"{m}_{q}" for m in LATENCY.values() for q in QUANTILES]

@@ -31,6 +31,8 @@ def capacity(
     peak: Annotated[Optional[float], typer.Option("--peak", callback=positive_finite, help="Plan for this peak, requests/s: replicas at the measured capacity per replica, and with a price, the monthly cost.")] = None,
     headroom: Annotated[float, typer.Option("--headroom", help="With --peak: run each replica at this share of its capacity.")] = 0.8,
     price_per_hour: PricePerHour = None,
+    max_rate_multiple: Annotated[Optional[float], typer.Option("--max-rate-multiple", callback=positive_finite, help="Guardrail for a target serving users: never offer it more than this many times the production rate --from-prom measured.")] = None,
+    save: Annotated[bool, typer.Option("--save", help="Record the answer in the store (ADVISOR_DB_URL), under the deployment spec's name: the dashboard and the weekly report show it for the advisor.yaml deployment of that name.")] = False,
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Load generator processes (for rates one core cannot hold).")] = 1,
     output: Annotated[ReportFormat, typer.Option("--output", "-o", help="text, json, markdown or html (the attainment chart inline).")] = ReportFormat.text,
     out_file: Annotated[Optional[Path], typer.Option("--out", help="Write the report to FILE instead of stdout.")] = None,
@@ -46,7 +48,9 @@ def capacity(
     stopped it), 2 could not run.
     """
     from advisor import escape
-    from advisor.app.capacity import CapacityRequest, run_capacity
+    from advisor.app.capacity import CapacityRequest, deployment_name, run_capacity
+    from advisor.settings import get_settings
+    from advisor.store import open_store
     from advisor.errors import AdvisorError
     from advisor.units import parse_duration
 
@@ -59,8 +63,14 @@ def capacity(
                               trial_requests=trial_requests,
                               max_duration_s=parse_duration(max_duration) if max_duration else None,
                               max_requests=max_requests, peak=peak, headroom=headroom,
-                              price_per_hour=price_per_hour, workers=workers)
+                              price_per_hour=price_per_hour, workers=workers, max_rate_multiple=max_rate_multiple)
+        if save:
+            open_store(get_settings().database_url).close()  # an unwritable store is said before the search
         result = run_capacity(req, say=lambda m: err.print(f"[dim]capacity:[/] {escape.markup(m)}", highlight=False))
+        if save:
+            with open_store(get_settings().database_url) as store:
+                run_id = store.save_capacity(result, deployment=deployment_name(req))
+            err.print(f"[dim]saved as capacity run {run_id}[/]")
     except (AdvisorError, ValueError) as e:
         raise fail(str(e)) from None
     from advisor.reports import capacity_text

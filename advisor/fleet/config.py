@@ -19,8 +19,7 @@ from advisor.inputs import InputModel, load_model
 from advisor.ranges import BLOCKS_MAX, duration_text, url_port
 from advisor import net
 from advisor.settings import get_settings
-from advisor.units import MAX_EXPERIMENT_S, check_ceiling, parse_duration
-from advisor.units import MAX_REPORT_PERIOD_S, check_ceiling, parse_duration
+from advisor.units import MAX_EXPERIMENT_S, MAX_REPORT_PERIOD_S, check_ceiling, parse_duration
 
 ENV = "ADVISOR_CONFIG"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -64,6 +63,38 @@ class ExperimentLimits(InputModel):
         return v
 
 
+class CapacitySchedule(InputModel):
+    """A capacity run on advisor.yaml's schedule (`advisor serve`): the deployment spec's baseline
+    searched with the deployment's own traffic shape (its Prometheus), within guardrails. The target
+    is a replica the advisor did not start, serving users: the search never offers it more than
+    `max_rate_multiple` times the production rate Prometheus measured over `window`."""
+
+    every: str = Field(default="7d", description="run a capacity search this often")
+    slo: PathText | None = Field(default=None, description="SLO YAML; default: the deployment's slo, else the "
+                                 "built-in SLOs")
+    window: str = Field(default="1h", description="how much history shapes the traffic, and measures the "
+                        "production rate")
+    width: float = Field(default=0.10, gt=0, lt=0.5, description="stop when the interval is within +-this share")
+    max_rate_multiple: float = Field(default=2.0, gt=0, le=100, description="guardrail: never more than this "
+                                     "many times the production rate")
+    max_duration: str = Field(default="30m", description="guardrail: stop after this long, with a partial answer")
+    max_requests: int = Field(default=20_000, ge=1, description="guardrail: stop after this many requests")
+    trial_requests: int | None = Field(default=None, ge=10, description="requests tallied per trial; default: "
+                                       "what the strictest percentile needs")
+
+    @field_validator("every", "window")
+    @classmethod
+    def _durations(cls, v: str) -> str:
+        return _duration(v)
+
+    @field_validator("max_duration")
+    @classmethod
+    def _max(cls, v: str) -> str:
+        _duration(v)
+        check_ceiling(parse_duration(v), MAX_EXPERIMENT_S, "the guardrail", "the longest experiment")
+        return v
+
+
 class WatchedDeployment(InputModel):
     name: str = Field(description="the id used in URLs and reports: letters, digits, '.', '_', '-'")
     prom_url: str = Field(description="the Prometheus that scrapes this deployment")
@@ -74,6 +105,8 @@ class WatchedDeployment(InputModel):
     window: Annotated[str, Field(description="how far back a diagnosis looks")] = "5m"
     diagnose_every: str | None = Field(default=None, description="run a diagnosis this often (advisor serve)")
     experiments: ExperimentLimits = Field(default_factory=ExperimentLimits)
+    capacity: CapacitySchedule | None = Field(default=None, description="capacity at the SLO on a schedule "
+                                              "(needs deployment: its baseline is measured)")
     cost: PriceSpec | None = Field(default=None, description="price per accelerator-hour (or host-hour); the "
                                    "deployment spec's cost: wins")
 
@@ -98,6 +131,12 @@ class WatchedDeployment(InputModel):
     @classmethod
     def _durations(cls, v: str | None) -> str | None:
         return _duration(v)
+
+    @model_validator(mode="after")
+    def _capacity_target(self) -> WatchedDeployment:
+        if self.capacity is not None and self.deployment is None:
+            raise ValueError("capacity needs deployment: the spec whose baseline the search measures")
+        return self
 
 
 # Why a report's period is held to a month (advisor/units.py): said by advisor.yaml and --since alike.
@@ -217,14 +256,15 @@ def load_config(path: Path | None = None) -> FleetConfig:
         if auth is not None:
             net.target(d.prom_url, "prom", f"deployments.{i}.prom_url")
             d.prom_url, d._auth = clean.rstrip("/"), auth
-        for field in ("deployment", "slo", "rules_config"):
-            value = getattr(d, field)
+        for owner, field, where in ((d, "deployment", ""), (d, "slo", ""), (d, "rules_config", ""),
+                                    (d.capacity, "slo", "capacity.")):
+            value = getattr(owner, field) if owner is not None else None
             if value is None:
                 continue
             full = value if value.is_absolute() else base / value
             if not full.is_file():
-                raise FleetError(f"{path}: field deployments.{i}.{field}: no such file: {full}")
-            setattr(d, field, full)
+                raise FleetError(f"{path}: field deployments.{i}.{where}{field}: no such file: {full}")
+            setattr(owner, field, full)
     if config.weekly_report and config.weekly_report.out_dir is not None:
         out = config.weekly_report.out_dir
         config.weekly_report.out_dir = out if out.is_absolute() else base / out

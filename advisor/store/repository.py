@@ -1,6 +1,6 @@
 """Store: saves diagnoses and reads them back, as summaries, whole, or as a findings history;
 saves load runs with their per-request samples, and reads those back as pandas DataFrames or files.
-Experiments (experiments.py) and scheduled job runs (jobs.py) are its mixins."""
+Experiments (experiments.py), scheduled job runs (jobs.py) and capacity runs (capacity.py) are its mixins."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from sqlalchemy.orm import sessionmaker
 
 from advisor.diagnosis.model import Diagnosis, ExperimentRef, Finding
 from advisor.loadgen.metrics import Summary
+from advisor.store.capacity import CapacityMixin
 from advisor.store.documents import document, equal, plain
 from advisor.store.errors import StoreError, one_line, redact
 from advisor.store.experiments import ExperimentsMixin
@@ -121,8 +122,8 @@ _HISTORY = [
 ]
 
 
-class Store(ExperimentsMixin, JobsMixin):
-    """Diagnoses, load runs, experiments and scheduled job runs in a SQL database. Get one from open_store(); close() it when done."""
+class Store(ExperimentsMixin, JobsMixin, CapacityMixin):
+    """Diagnoses, load runs, experiments, capacity runs and scheduled job runs in a SQL database. Get one from open_store(); close() it when done."""
 
     def __init__(self, engine: Engine, url: str) -> None:
         self.engine = engine

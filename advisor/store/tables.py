@@ -215,6 +215,29 @@ class ExperimentRow(Base):
     result: Mapped[dict[str, Any] | None]
 
 
+class CapacityRunRow(Base):
+    """One answer of `advisor capacity`: the columns a history is listed and compared by, and the
+    whole CapacityResult (advisor/capacity/result.py, a layer above) as its document."""
+
+    __tablename__ = "capacity_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    deployment: Mapped[str | None] = mapped_column(index=True)  # advisor.yaml's name, when it was one
+    target: Mapped[str]
+    model: Mapped[str]
+    workload: Mapped[str]
+    status: Mapped[str]
+    estimate: Mapped[float | None] = mapped_column(Float)
+    low: Mapped[float | None] = mapped_column(Float)
+    high: Mapped[float | None] = mapped_column(Float)
+    level: Mapped[float] = mapped_column(Float)
+    binding: Mapped[str | None]
+    requests: Mapped[int]
+    seconds: Mapped[float] = mapped_column(Float)
+    result: Mapped[dict[str, Any]]
+
+
 class JobRunRow(Base):
     """One run of a scheduled job in one slot (a diagnosis interval, a weekly report's week).
     (job, slot) is unique: of two advisors on one database, only the first to insert a slot runs it."""

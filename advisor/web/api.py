@@ -1,6 +1,6 @@
 """The JSON API. Paths scripts can rely on: /api/deployments, /api/deployments/{name}/diagnoses
 (GET newest first; POST runs one now: 202 with its id), /api/deployments/{name}/experiments (GET;
-POST starts one: 202 with its id), /api/diagnoses/{id}, /api/experiments/{id}; /openapi.json."""
+POST starts one: 202 with its id), /api/deployments/{name}/capacity (GET newest first), /api/diagnoses/{id}, /api/experiments/{id}; /openapi.json."""
 
 from __future__ import annotations
 
@@ -70,6 +70,16 @@ async def run_diagnosis(w: Watched, ctx: Ctx, _: Actor) -> dict:
     d, ident = saved.diagnosis, saved.saved_id
     return {"id": ident, "url": f"/diagnoses/{ident}", "healthy": d.healthy, "summary": d.summary,
             "top_severity": d.top_severity, "findings": len(d.findings), "checks": [c.title for c in d.checks]}
+
+
+@router.get("/deployments/{name}/capacity")
+def list_capacity(w: Watched, ctx: Ctx, _: Reader, limit: int = 50) -> list[dict]:
+    """The deployment's capacity answers, newest first (the whole answer, its trials and chart, at its url)."""
+    return [{"id": c.id, "created_at": c.created_at.isoformat(), "deployment": c.deployment, "target": c.target,
+             "model": c.model, "workload": c.workload, "status": c.status, "estimate": c.estimate, "low": c.low,
+             "high": c.high, "level": c.level, "binding": c.binding, "requests": c.requests, "seconds": c.seconds,
+             "url": f"/capacity/{c.id}"}
+            for c in ctx.store.list_capacity(deployment=w.name, limit=max(1, min(limit, 500)))]
 
 
 @router.get("/deployments/{name}/experiments")

@@ -15,13 +15,18 @@ from advisor.reports import charts, documents, html, views
 from advisor.web.api import _allowed, _experiments_of, _or_404, watched_of_experiment
 from advisor.web.context import Ctx, StoreId, Watched
 from advisor.web.security import COOKIE, Reader
+from advisor.app.capacity import trend_of
 from advisor.app.weekly import weekly_report
+from advisor.capacity.result import CapacityResult
+from advisor.reports import capacity_text
+from advisor.reports.capacity_trend import figure as capacity_figure
 from advisor.diagnosis import load_rules
 from advisor.units import parse_duration
 from advisor.web.security import _matches, _same_origin
 
 router = APIRouter(include_in_schema=False)
 MAX_WEEKLY_S = 31 * 86400
+WEEK_S = 7 * 86400  # the deployment page's capacity: the last 7 days against the 7 before
 
 
 def _page(template: str, ctx, **context) -> HTMLResponse:
@@ -63,8 +68,23 @@ def deployment(w: Watched, ctx: Ctx, _: Reader) -> HTMLResponse:
                                              "last": f.created_at, "severity": f.severity})
         row["count"] += 1
         row["last"], row["severity"] = f.created_at, f.severity
+    capacity = trend_of(ctx.store, w.name, datetime.now(timezone.utc), WEEK_S)
     return _page("deployment.html.j2", ctx, w=w, diagnoses=diagnoses, experiments=_experiments_of(ctx, w),
-                 findings=sorted(by_rule.values(), key=lambda r: r["last"], reverse=True), when=views.when)
+                 findings=sorted(by_rule.values(), key=lambda r: r["last"], reverse=True), when=views.when,
+                 capacity=capacity, capacity_runs=ctx.store.list_capacity(deployment=w.name, limit=20),
+                 figure=capacity_figure)
+
+
+def _capacity_page(ctx, run_id: int) -> str:
+    summary, doc = _or_404(lambda: ctx.store.get_capacity(run_id))
+    _allowed(ctx, summary.deployment)
+    return capacity_text.html(CapacityResult.model_validate(doc))
+
+
+@router.get("/capacity/{run_id}", response_class=HTMLResponse)
+async def capacity_run(run_id: StoreId, ctx: Ctx, _: Reader) -> HTMLResponse:
+    """A stored capacity answer with its attainment chart, as `advisor capacity --output html` wrote it."""
+    return HTMLResponse(await run_in_threadpool(_capacity_page, ctx, run_id))
 
 
 def _diagnosis_html(ctx, diagnosis_id: int, dashboard: bool) -> str:

@@ -39,7 +39,10 @@ def test_capacity_of_a_live_engine_with_its_interval_chart_and_plan(tmp_path):
         held = [t for t in r["trials"] if t["outcome"] == "pass"]
         broke = [t for t in r["trials"] if t["outcome"] == "fail"]
         assert held and broke and max(t["rate"] for t in held) < min(t["rate"] for t in broke)
-        assert all(t["valid"] for t in r["trials"]), "the load generator kept every schedule"
+        # A trial whose load generator fell behind (a busy host) is never judged: it is tried again at its
+        # rate. (One fresh-clone run had one such trial, in a search that still answered "bounded".)
+        assert all(t["outcome"] == "unclear" for t in r["trials"] if not t["valid"]), r["trials"]
+        assert sum(t["valid"] for t in r["trials"]) >= 2, "the answer rests on trials the generator kept"
         assert r["goodput_at_low"] and r["goodput_at_low"] > 0.5 * r["low"]
         plan = r["plan"]
         assert plan["replicas"] >= 40 / (r["estimate"] * 0.8) and plan["monthly_cost"] > 0

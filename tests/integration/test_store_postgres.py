@@ -186,7 +186,7 @@ def test_schema_and_idempotent_open(pg_url):
         inspector = inspect(store.engine)
         assert set(inspector.get_table_names()) == {
             "diagnoses", "findings", "load_runs", "request_samples", "experiments", "job_runs",
-            "advisor_alembic_version"}
+            "capacity_runs", "advisor_alembic_version"}
         assert [c["name"] for c in inspector.get_check_constraints("load_runs")] == ["ck_load_runs_arm"]
         columns = {c["name"]: c["type"].__class__.__name__ for c in inspector.get_columns("diagnoses")}
         assert columns["diagnosis"] == "JSONB"

@@ -156,7 +156,8 @@ def test_findings_history(store):
 def test_migrations_create_the_schema(store):
     inspector = inspect(store.engine)
     assert set(inspector.get_table_names()) == {
-        "diagnoses", "findings", "load_runs", "request_samples", "experiments", "job_runs", "advisor_alembic_version"}
+        "diagnoses", "findings", "load_runs", "request_samples", "experiments", "job_runs", "capacity_runs",
+        "advisor_alembic_version"}
     assert {i["name"] for i in inspector.get_indexes("diagnoses")} == {
         "ix_diagnoses_created_at", "ix_diagnoses_target", "ix_diagnoses_deployment"}
     assert {i["name"] for i in inspector.get_indexes("findings")} == {"ix_findings_rule_id", "ix_findings_diagnosis_id"}
@@ -169,7 +170,7 @@ def test_migrations_create_the_schema(store):
     assert (fk["referred_table"], fk["options"].get("ondelete")) == ("load_runs", "CASCADE")
     assert [c["name"] for c in inspector.get_check_constraints("load_runs")] == ["ck_load_runs_arm"]
     with store.engine.connect() as conn:
-        assert conn.scalar(text("SELECT version_num FROM advisor_alembic_version")) == "0003"
+        assert conn.scalar(text("SELECT version_num FROM advisor_alembic_version")) == "0004"
         # The models in tables.py and the migrations describe the same schema.
         assert compare_metadata(MigrationContext.configure(conn, opts=VERSION_OPTS), Base.metadata) == []
 

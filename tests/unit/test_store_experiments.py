@@ -143,5 +143,5 @@ def test_upgrade_from_0002_keeps_every_sample(tmp_path):
     with engine.connect() as conn:
         assert conn.scalar(text("SELECT count(*) FROM request_samples")) == 1
         assert conn.scalar(text("SELECT experiment_id FROM load_runs")) == LEGACY_NUMBER
-        assert conn.scalar(text("SELECT version_num FROM advisor_alembic_version")) == "0003"
+        assert conn.scalar(text("SELECT version_num FROM advisor_alembic_version")) == "0004"
     engine.dispose()

@@ -315,7 +315,7 @@ def test_upgrade_from_0001_keeps_diagnoses(tmp_path):
 
     with open_store(url) as store:
         with store.engine.connect() as conn:
-            assert conn.scalar(text("SELECT version_num FROM advisor_alembic_version")) == "0003"
+            assert conn.scalar(text("SELECT version_num FROM advisor_alembic_version")) == "0004"
         assert store.get_diagnosis_summary(ident).deployment is None
         assert {"load_runs", "request_samples"} <= set(inspect(store.engine).get_table_names())
         assert store.get_diagnosis(ident) == diagnosis

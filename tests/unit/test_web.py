@@ -10,6 +10,7 @@ from advisor.fleet.config import FleetConfig
 from advisor.store import open_store
 from advisor.web import ServeError, create_app
 from tests.unit.test_store import make_diagnosis, make_snapshot
+from tests.unit.test_capacity_history import result as capacity_result
 from tests.unit.test_store_experiments import make_result
 
 EVIL = "<script>alert('x')</script>"
@@ -28,6 +29,9 @@ def hostile_store(tmp_path, text: str) -> str:
         store.save_diagnosis(d, make_snapshot(), deployment="local")
         ident = store.start_experiment("exp-1", "local", "http://h:1", "max_num_seqs", text, {"lines": [text]})
         store.finish_experiment(ident, make_result("exp-1"))
+        cap = capacity_result(2.5, 3.5, 3.0)
+        cap.model, cap.workload, cap.notes = text, text, [f"note {text}"]
+        store.save_capacity(cap, deployment="local")
     return url
 
 
@@ -56,7 +60,8 @@ def diagnoses(store_url) -> int:
 def test_pages_show_untrusted_text_as_text(tmp_path, store_url):
     with client(tmp_path, store_url) as c:
         for path in ("/", "/deployments/local", "/diagnoses/1", "/diagnoses/1/report.html", "/experiments/1",
-                     "/experiments/1/report.html", "/rules", "/rules/ADV001", "/api/diagnoses/1", "/api/experiments/1"):
+                     "/experiments/1/report.html", "/rules", "/rules/ADV001", "/api/diagnoses/1", "/api/experiments/1", "/capacity/1",
+                     "/api/deployments/local/capacity"):
             r = c.get(path)
             assert r.status_code == 200, (path, r.text[:300])
             assert EVIL not in r.text, path

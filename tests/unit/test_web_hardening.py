@@ -212,7 +212,7 @@ def id_routes() -> list[str]:
 
 def test_ids_outside_the_stores_range_are_404_not_500(tmp_path, store_url):
     routes = id_routes()
-    assert len(routes) == 6, routes
+    assert len(routes) == 7, routes
     with client(tmp_path, store_url) as c:
         for route in routes:
             assert c.get(route.format(id=1)).status_code == 200, route

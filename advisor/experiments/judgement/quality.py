@@ -24,7 +24,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scipy import stats as _st
 
 from advisor import net
 from advisor.errors import AdvisorError
@@ -40,6 +39,14 @@ TOP_K = 5
 MARGIN = 0.1
 LEVEL = 0.95
 CONCURRENCY = 4
+
+
+def _st():
+    """scipy.stats, imported where a test needs it: it costs 0.6-0.85 s on the 2-core host, and a bad
+    input or a plan is answered before it (python -X importtime -m advisor.cli experiment ...)."""
+    from scipy import stats
+
+    return stats
 
 
 def _load() -> list[str]:
@@ -143,7 +150,7 @@ def compare(baseline: list[list[Step]], candidate: list[list[Step]], margin: flo
     if len(per_prompt) >= 2:
         mean = sum(per_prompt) / len(per_prompt)
         sd = math.sqrt(sum((x - mean) ** 2 for x in per_prompt) / (len(per_prompt) - 1))
-        half = float(_st.t.ppf(0.5 + LEVEL / 2, len(per_prompt) - 1)) * sd / math.sqrt(len(per_prompt))
+        half = float(_st().t.ppf(0.5 + LEVEL / 2, len(per_prompt) - 1)) * sd / math.sqrt(len(per_prompt))
         ci = (mean - half, mean + half)
         verdict = "within margin" if ci[0] > -margin else "past margin" if ci[1] < -margin else "unclear"
     differ = n - exact
