@@ -85,7 +85,9 @@ def markdown(r: CapacityResult) -> str:
     return "\n".join(out) + "\n"
 
 
-def html(r: CapacityResult) -> str:
+def html(r: CapacityResult, dashboard: bool = False, deployment: str | None = None) -> str:
+    """The page; on the dashboard with its navigation and a link back to the deployment's page."""
     from advisor.reports.html import render
 
-    return render("capacity.html.j2", r=r, chart=charts.attainment_of(r), plan_line=plan_line(r))
+    return render("capacity.html.j2", r=r, chart=charts.attainment_of(r), plan_line=plan_line(r),
+                  dashboard=dashboard, deployment=deployment)

@@ -78,7 +78,7 @@ def deployment(w: Watched, ctx: Ctx, _: Reader) -> HTMLResponse:
 def _capacity_page(ctx, run_id: int) -> str:
     summary, doc = _or_404(lambda: ctx.store.get_capacity(run_id))
     _allowed(ctx, summary.deployment)
-    return capacity_text.html(CapacityResult.model_validate(doc))
+    return capacity_text.html(CapacityResult.model_validate(doc), dashboard=True, deployment=summary.deployment)
 
 
 @router.get("/capacity/{run_id}", response_class=HTMLResponse)
