@@ -70,7 +70,8 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._store = None
-        self._long: dict[str, threading.Thread] = {}  # a capacity search running, by job
+        # A capacity search running, by job: its thread and its job_runs row.
+        self._long: dict[str, tuple[threading.Thread, int]] = {}
 
     @property
     def store(self):
@@ -90,6 +91,10 @@ class Scheduler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=120)
+        for job, (thread, run_id) in self._long.items():
+            if thread.is_alive():  # a search of up to its max_duration is not waited for: said, not lost
+                self.store.finish_job(run_id, False, "interrupted: advisor serve stopped during the search")
+                log.warning("%s: interrupted by the server's stop", job)
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -125,7 +130,7 @@ class Scheduler:
         """Claims the slot and runs `work`; a background job (a capacity search) in a thread of its
         own, its outcome recorded when it ends (a slot that comes while it runs waits for it)."""
         running = self._long.get(job)
-        if running is not None and running.is_alive():
+        if running is not None and running[0].is_alive():
             return []
         store = self.store
         run_id = store.claim_job(job, slot, self.owner)
@@ -133,14 +138,14 @@ class Scheduler:
             return []
         if background:
             thread = threading.Thread(target=self._finish, args=(run_id, job, slot, work), name=job, daemon=True)
-            self._long[job] = thread
+            self._long[job] = (thread, run_id)
             thread.start()
             return [Outcome(job, slot, True, "started")]
         return [self._finish(run_id, job, slot, work)]
 
     def wait_background(self, timeout: float | None = None) -> None:
         """Until every background job started so far has ended (tests, and a clean shutdown)."""
-        for thread in list(self._long.values()):
+        for thread, _ in list(self._long.values()):
             thread.join(timeout)
 
     def _finish(self, run_id: int, job: str, slot: str, work) -> Outcome:
@@ -161,9 +166,7 @@ class Scheduler:
         return f"diagnosis {saved.saved_id}: " + saved.diagnosis.summary
 
     def _capacity(self, w) -> str:
-        busy = [e.id for e in self.store.list_experiments(deployment=w.name, limit=5) if e.status == "running"]
-        if busy:  # its arms' load and the search's would each disturb the other's numbers
-            raise AdvisorError(f"capacity not measured: experiment {busy[0]} is running on {w.name}")
+        # The search holds the target's experiment lock: an experiment running there ends it in one line.
         saved = capacity_watched(w, self.store, say=lambda m: log.info("capacity:%s: %s", w.name, m))
         return f"capacity run {saved.id}: {saved.result.summary}"
 

@@ -66,6 +66,8 @@ def ours(url: str, tmp: Path, ttft: float, width: float) -> dict:
     if p.returncode not in (0, 1):
         raise SystemExit(f"advisor capacity failed:\n{p.stderr[-3000:]}")
     r = json.loads(p.stdout)
+    if r["estimate"] is None and r["low"] is None:
+        raise SystemExit(f"advisor capacity gave no number to compare ({r['status']}): {r['stopped'] or r['notes']}")
     return {"tool": "advisor capacity", "answer": r["estimate"] if r["estimate"] is not None else r["low"],
             "interval": (r["low"], r["high"]), "level": r["level"], "status": r["status"],
             "requests": r["requests"], "seconds": seconds, "points": len(r["trials"])}

@@ -4,10 +4,12 @@ adapts it; nothing else repeats its sequence."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from advisor import net
 from advisor.capacity import search as s
@@ -25,8 +27,13 @@ from advisor.loadgen.workers import run_workers
 from advisor.reports.capacity_trend import CapacityTrend, trend
 from advisor.fleet.config import WatchedDeployment
 from advisor.settings import get_settings
-from advisor.store import Store
+from advisor.experiments.arms.journal import Busy, TargetLock
+from advisor.experiments.design.deployment import Deployment
+from advisor.experiments.run.session import checked_state_dir
 from advisor.units import parse_duration
+
+if TYPE_CHECKING:  # the store (sqlalchemy, alembic: 0.3-0.5 s) loads only where an answer is saved
+    from advisor.store import Store
 
 MAX_RATE, MIN_RATE = s.MAX_RATE, s.MIN_RATE
 
@@ -61,17 +68,17 @@ class CapacityRequest:
     prom_auth: object | None = None  # advisor.yaml's credentials for from_prom (split off its URL at load)
 
 
-def _target(req: CapacityRequest) -> tuple[str, str | None, object | None, str]:
-    """(the URL requests go to, the spec's model, the spec's price, what to call it)."""
+def _target(req: CapacityRequest) -> tuple[str, str | None, object | None, str, Deployment | None]:
+    """(the URL requests go to, the spec's model, the spec's price, what to call it, the spec)."""
     if bool(req.target) == bool(req.deployment):
         raise CapacityError("give exactly one of --target (an engine's URL) or --deployment (a deployment spec)")
     if req.target:
-        return req.target, None, None, req.target
+        return req.target, None, None, req.target, None
     dep = load_deployment(req.deployment)
     if dep.launcher == "kubernetes" and not (dep.kubernetes and dep.kubernetes.url):
         raise CapacityError(f"{req.deployment}: a Kubernetes target needs kubernetes.url (its Service) to be "
                             "measured")
-    return dep.baseline_url, dep.model, dep.cost, dep.target_url
+    return dep.baseline_url, dep.model, dep.cost, dep.target_url, dep
 
 
 def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: None) -> CapacityResult:
@@ -88,7 +95,7 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
                             "Prometheus, which measures it over the window)")
     if req.min_rate >= req.max_rate:
         raise CapacityError(f"--min-rate {req.min_rate:g} is not below --max-rate {req.max_rate:g}")
-    url, spec_model, spec_price, shown = _target(req)
+    url, spec_model, spec_price, shown, dep = _target(req)
     slo = load_slo(req.slo_file)
     try:
         objs = tr.objectives(slo, set(slo.model_fields_set) if req.slo_file else None)
@@ -101,6 +108,31 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
     if short:
         notes.append(f"{size} requests per trial cannot show {', '.join(o.label for o in short)} holding (that needs "
                      f"{max(s.needed(o.share) for o in short)}): those objectives can only break a trial")
+    with _holding(dep):
+        return _measure(req, url, spec_model, spec_price, shown, slo, objs, size, warmup, notes, say)
+
+
+@contextmanager
+def _holding(dep: Deployment | None) -> Iterator[None]:
+    """A deployment spec's target held as an experiment holds it (its lock): a search and an
+    experiment on one target would each disturb the other's numbers, and an experiment may restart
+    the baseline the search measures. A bare --target has no lock to take."""
+    if dep is None:
+        yield
+        return
+    lock = TargetLock(checked_state_dir(dep.key))
+    try:
+        lock.__enter__()
+    except Busy as e:
+        raise CapacityError(f"capacity of {dep.name} not measured now: {e}") from None
+    try:
+        yield
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _measure(req: CapacityRequest, url: str, spec_model, spec_price, shown: str, slo, objs, size: int,
+             warmup: int, notes: list[str], say: Callable[[str], None]) -> CapacityResult:
     settings = get_settings()
     target, http = net.target(url, "engine", "--target")
     prom, prom_http = net.target(req.from_prom, "prom", "--from-prom") if req.from_prom else (None, None)
@@ -115,7 +147,7 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
     job.requests = _enough(job, size + warmup)
     max_rate = req.max_rate
     if req.max_rate_multiple is not None:
-        max_rate = _production_ceiling(job, req, notes)
+        max_rate = _production_ceiling(job, req, prom, notes)
 
     def send(planned, job_):
         if req.workers > 1:
@@ -147,6 +179,13 @@ def deployment_name(req: CapacityRequest) -> str | None:
     return load_deployment(req.deployment).name if req.deployment else None
 
 
+def spec_period(watched: WatchedDeployment, floor_s: float) -> float:
+    """The period a deployment's page compares capacity over: at least `floor_s`, and at least its
+    schedule's interval (a 30-day schedule would leave most 7-day periods without an answer)."""
+    every = parse_duration(watched.capacity.every) if watched.capacity is not None else 0.0
+    return max(floor_s, every)
+
+
 def watched_request(watched: WatchedDeployment) -> CapacityRequest:
     """A watched deployment's scheduled capacity run (advisor.yaml's capacity:) as a request: its
     spec's baseline, its own traffic shape from its Prometheus, and the schedule's guardrails."""
@@ -169,26 +208,32 @@ class SavedCapacity:
 
 def capacity_watched(watched: WatchedDeployment, store: Store,
                      say: Callable[[str], None] = lambda _: None) -> SavedCapacity:
-    """A watched deployment's capacity measured and saved under its name, as the schedule runs it."""
-    result = run_capacity(watched_request(watched), say)
-    return SavedCapacity(store.save_capacity(result, deployment=watched.name), result)
+    """A watched deployment's capacity measured and saved under its deployment spec's name (as
+    `advisor capacity --save` and experiments are), as the schedule runs it."""
+    req = watched_request(watched)
+    result = run_capacity(req, say)
+    return SavedCapacity(store.save_capacity(result, deployment=deployment_name(req)), result)
 
 
-def trend_of(store: Store, deployment: str, end: datetime, period_s: float) -> CapacityTrend:
-    """The deployment's latest capacity in the period ending at `end` beside the latest of the period
-    before, as the dashboard and the weekly report show it."""
-    start, before = end - timedelta(seconds=period_s), end - timedelta(seconds=2 * period_s)
-    now = store.list_capacity(deployment=deployment, since=start, before=end, limit=1)
-    then = store.list_capacity(deployment=deployment, since=before, before=start, limit=1)
-    return trend(now[0] if now else None, then[0] if then else None)
+def trend_of(store: Store, spec: str, end: datetime, period_s: float) -> CapacityTrend:
+    """A deployment spec's latest capacity in the period ending at `end` beside the latest of the
+    period before, as the dashboard and the weekly report show it. A run that answered nothing (a
+    search stopped before any trial decided) does not hide an earlier answer of its period."""
+    start, earlier = end - timedelta(seconds=period_s), end - timedelta(seconds=2 * period_s)
+
+    def latest(since: datetime, until: datetime):
+        rows = store.list_capacity(deployment=spec, since=since, until=until, limit=50)
+        return next((c for c in rows if c.low is not None or c.high is not None), None)
+
+    return trend(latest(start, end), latest(earlier, start))
 
 
-def _production_ceiling(job, req: CapacityRequest, notes: list[str]) -> float:
+def _production_ceiling(job, req: CapacityRequest, prom: str, notes: list[str]) -> float:
     """The rate ceiling a multiple of the production rate sets, noted; CapacityError where no
     production rate was measured (it is the guardrail's reference, never a guess)."""
     rate = job.source_rate
     if not rate:
-        raise CapacityError(f"no production rate measured over the window at {req.from_prom}: the rate ceiling "
+        raise CapacityError(f"no production rate measured over the window at {prom}: the rate ceiling "
                             "cannot be set")
     ceiling = min(req.max_rate, req.max_rate_multiple * rate)
     if ceiling <= req.min_rate:

@@ -143,8 +143,7 @@ def deployment_week(w: WatchedDeployment, store, end: datetime, period_s: float)
     week.persisted = sorted(_rules(now_f) & _rules(then_f))
     week.disappeared = sorted(_rules(then_f) - _rules(now_f))
     _experiments(week, w, store, start, end)
-    found = trend_of(store, w.name, end, period_s)
-    week.capacity = found if w.capacity is not None or found.latest_id is not None else None
+    _capacity(week, w, store, end, period_s)
     try:
         slo = load_slo(w.slo)
         latency = [f"{m}_{q}" for m in LATENCY.values() for q in QUANTILES]
@@ -170,11 +169,24 @@ def deployment_week(w: WatchedDeployment, store, end: datetime, period_s: float)
     return week
 
 
-def _experiments(week: DeploymentWeek, w: WatchedDeployment, store, start: datetime, end: datetime) -> None:
+def _spec(w: WatchedDeployment) -> str | None:
+    """The deployment spec's name, which experiments and capacity answers are stored under."""
     try:
-        name = spec_name(w) if w.deployment else None
+        return spec_name(w) if w.deployment else None
     except AdvisorError:
-        name = None
+        return None
+
+
+def _capacity(week: DeploymentWeek, w: WatchedDeployment, store, end: datetime, period_s: float) -> None:
+    """Shown where advisor.yaml schedules capacity runs, or either period holds an answer."""
+    name = _spec(w)
+    found = trend_of(store, name, end, period_s) if name else None
+    if found is not None and (w.capacity is not None or found.latest_id is not None or found.before != "-"):
+        week.capacity = found
+
+
+def _experiments(week: DeploymentWeek, w: WatchedDeployment, store, start: datetime, end: datetime) -> None:
+    name = _spec(w)
     found = [e for e in store.list_experiments(deployment=name, limit=500) if start <= e.created_at < end] \
         if name else []
     week.experiments = [WeekExperiment(e.id, e.key, views.experiment_title(e.mechanism, e.value), e.status,

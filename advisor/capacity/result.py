@@ -87,16 +87,21 @@ class CapacityResult(BaseModel):
             return f"capacity at least {self.low:.3g} requests/s: every SLO held at the rate ceiling"
         if self.low is None and self.high is None:
             return f"no capacity measured: {self.stopped or 'no trial decided'}"
-        lo = f"{self.low:.3g}" if self.low is not None else "0"
-        hi = f"{self.high:.3g}" if self.high is not None else "unknown"
-        est = f"{self.estimate:.3g} requests/s, " if self.estimate is not None else ""
         head = "partial answer: " if self.status == "partial" else ""
         tail = f" ({self.binding_label} binds first)" if self.binding else ""
-        return f"{head}capacity {est}{100 * self.level:.3g}% interval [{lo}, {hi}]{tail}"
+        return f"{head}capacity {interval_text(self.low, self.high, self.estimate, self.level)}{tail}"
 
     @property
     def binding_label(self) -> str:
         return next((o.label for o in self.objectives if o.name == self.binding), self.binding or "an SLO")
+
+
+def interval_text(low: float | None, high: float | None, estimate: float | None, level: float) -> str:
+    """"5.1 requests/s, 90 % interval [4.6, 5.6]": a missing low end is 0, a missing high end unknown."""
+    lo = f"{low:.3g}" if low is not None else "0"
+    hi = f"{high:.3g}" if high is not None else "unknown"
+    est = f"{estimate:.3g} requests/s, " if estimate is not None else ""
+    return f"{est}{100 * level:.3g} % interval [{lo}, {hi}]"
 
 
 def result_of(answer: Answer, objs: Sequence[Objective], *, target: str, model: str, workload: str,

@@ -54,6 +54,9 @@ def capacity(
     from advisor.errors import AdvisorError
     from advisor.units import parse_duration
 
+    if save and deployment is None:
+        raise fail("--save needs --deployment: an answer is kept under its deployment spec's name, which the "
+                   "dashboard and the weekly report read")
     if out_file is not None and not out_file.parent.exists():
         raise fail(f"--out {out_file}: its folder does not exist")
     try:

@@ -105,7 +105,7 @@ class Estimate:
         return None if self.ci_at is None else self.ci_at(alpha)
 
 
-def _st():
+def scipy_stats():
     """scipy.stats, imported where a test needs it: it costs 0.6-0.85 s on the 2-core host, and a bad
     input or a plan is answered before it (python -X importtime -m advisor.cli experiment ...)."""
     from scipy import stats
@@ -254,7 +254,7 @@ def _moses_c(n1: int, n2: int, alpha: float) -> int | None:
         return int(ok[-1]) if len(ok) else None
     mu = n1 * n2 / 2
     sd = math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
-    c = math.floor(mu - _st().norm.ppf(1 - alpha / 2) * sd - 0.5)
+    c = math.floor(mu - scipy_stats().norm.ppf(1 - alpha / 2) * sd - 0.5)
     return c if c >= 0 else None
 
 
@@ -263,7 +263,7 @@ def _mw_p(la: np.ndarray, lb: np.ndarray, diffs: np.ndarray) -> float:
     if (diffs == 0).any() or len(np.unique(np.concatenate([la, lb]))) < n1 + n2:
         if math.comb(n1 + n2, n1) <= 20_000:
             return _mw_p_ties_exact(la, lb)
-        p = _st().mannwhitneyu(lb, la, method="asymptotic").pvalue
+        p = scipy_stats().mannwhitneyu(lb, la, method="asymptotic").pvalue
         return 1.0 if not np.isfinite(p) else float(p)
     u = int((diffs > 0).sum())  # pairs where the candidate block is higher
     if n1 + n2 <= _EXACT_MAX_N:
@@ -271,7 +271,7 @@ def _mw_p(la: np.ndarray, lb: np.ndarray, diffs: np.ndarray) -> float:
         lower = cdf[u]
         upper = 1 - (cdf[u - 1] if u > 0 else 0.0)
         return float(min(1.0, 2 * min(lower, upper)))
-    return float(_st().mannwhitneyu(lb, la, method="asymptotic").pvalue)
+    return float(scipy_stats().mannwhitneyu(lb, la, method="asymptotic").pvalue)
 
 
 def _mw_p_ties_exact(la: np.ndarray, lb: np.ndarray) -> float:
@@ -325,10 +325,10 @@ def _bootstrap_estimate(a_blocks, b_blocks, statistic, seed, n_boot):
     if se == 0:
         p_value = 1.0 if theta == 0 else 0.0
     else:
-        p_value = float(2 * _st().t.sf(abs(theta) / se, df))
+        p_value = float(2 * scipy_stats().t.sf(abs(theta) / se, df))
 
     def ci_at(level_alpha: float) -> tuple[float, float]:
-        half = float(_st().t.ppf(1 - level_alpha / 2, df)) * se if se else 0.0
+        half = float(scipy_stats().t.ppf(1 - level_alpha / 2, df)) * se if se else 0.0
         # a tiny level on few blocks can ask for an astronomically wide interval: keep it finite
         return (math.exp(max(theta - half, -_LOG_CAP)), math.exp(min(theta + half, _LOG_CAP)))
 
@@ -459,4 +459,4 @@ def boundary_alphas(min_blocks: int, max_blocks: int, alpha: float = 0.05,
         raise ValueError(f"unknown boundary {boundary!r} (use obrien-fleming, wang-tsiatis or pocock)")
     if len(looks) == 1:
         return (alpha,)
-    return tuple(float(2 * _st().norm.sf(c)) for c in crit)
+    return tuple(float(2 * scipy_stats().norm.sf(c)) for c in crit)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from advisor.capacity.result import interval_text
+
 
 class Answer(Protocol):
     """A stored capacity answer's summary (advisor/store/capacity.py CapacitySummary)."""
@@ -35,19 +37,14 @@ class CapacityTrend:
 
 
 def figure(a: Answer) -> str:
-    """The answer as a number with its interval, in one phrase."""
-    lo = "0" if a.low is None else f"{a.low:.3g}"
-    hi = "unknown" if a.high is None else f"{a.high:.3g}"
-    level = f"{100 * a.level:.3g} %"
+    """The answer as a number with its interval, in one phrase (a stored summary: no trials at hand)."""
     if a.status == "zero":
         return "0 requests/s (the SLO broke at the lowest rate tried)"
     if a.status == "at least":
-        return f"at least {lo} requests/s (every SLO held at the rate ceiling)"
+        return f"at least {a.low:.3g} requests/s (every SLO held at the rate ceiling)"
     if a.low is None and a.high is None:
         return "no answer (the search decided no trial)"
-    est = f"{a.estimate:.3g} requests/s, " if a.estimate is not None else ""
-    partial = "partial: " if a.status == "partial" else ""
-    return f"{partial}{est}{level} interval [{lo}, {hi}]"
+    return ("partial: " if a.status == "partial" else "") + interval_text(a.low, a.high, a.estimate, a.level)
 
 
 def _stamp(a: Answer) -> str:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from advisor.diagnosis.model import Diagnosis
 from advisor.errors import AdvisorError
+from advisor.capacity.result import CapacityResult
 from advisor.experiments.result import ExperimentResult
 from advisor.reports import html, views
 from advisor.store.errors import StoreError, one_line
@@ -71,6 +72,15 @@ def stored_result(stored) -> ExperimentResult | None:
     except ValidationError as exc:
         raise StoreError(f"experiment {stored.summary.id} does not read as an ExperimentResult: "
                          f"{one_line(exc)} ({exc.error_count()} errors)") from exc
+
+
+def stored_capacity(run_id: int, doc: dict) -> CapacityResult:
+    """A stored capacity answer, typed; a document that does not read as one is one StoreError line."""
+    try:
+        return CapacityResult.model_validate(doc)
+    except ValidationError as exc:
+        raise StoreError(f"capacity run {run_id} does not read as a CapacityResult: {one_line(exc)} "
+                         f"({exc.error_count()} errors)") from exc
 
 
 def stored_diagnosis_view(store, diagnosis_id: int, charts_on: bool = True) -> views.DiagnosisView:

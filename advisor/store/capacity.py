@@ -76,13 +76,13 @@ class CapacityMixin:
             return row.id
 
     def list_capacity(self, deployment: str | None = None, since: datetime | None = None,
-                      before: datetime | None = None, limit: int = 50) -> list[CapacitySummary]:
-        """Newest first, optionally of one deployment, created in [since, before)."""
+                      until: datetime | None = None, limit: int = 50) -> list[CapacitySummary]:
+        """Newest first, optionally of one deployment, created in [since, until)."""
         where = equal(CapacityRunRow, deployment=deployment)
         if since is not None:
             where.append(CapacityRunRow.created_at >= since)
-        if before is not None:
-            where.append(CapacityRunRow.created_at < before)
+        if until is not None:
+            where.append(CapacityRunRow.created_at < until)
         return self._newest("capacity runs", CapacitySummary, _COLUMNS, CapacityRunRow, limit, where)
 
     def get_capacity(self, run_id: int) -> tuple[CapacitySummary, dict[str, Any]]:

@@ -36,12 +36,22 @@ def _experiment(e) -> dict:
             "diagnosis_id": e.diagnosis_id, "url": f"/experiments/{e.id}"}
 
 
-def _experiments_of(ctx, w) -> list:
+def _spec_of(w) -> str | None:
+    """The name experiments and capacity answers are stored under: the deployment spec's."""
     try:
-        name = spec_name(w)
-    except Exception:  # noqa: BLE001  (no spec, or an unreadable one: then it has no experiments)
-        return []
-    return ctx.store.list_experiments(deployment=name)
+        return spec_name(w)
+    except Exception:  # noqa: BLE001  (no spec, or an unreadable one: then it has neither)
+        return None
+
+
+def _experiments_of(ctx, w) -> list:
+    name = _spec_of(w)
+    return ctx.store.list_experiments(deployment=name) if name else []
+
+
+def _capacity_of(ctx, w, limit: int = 50) -> list:
+    name = _spec_of(w)
+    return ctx.store.list_capacity(deployment=name, limit=limit) if name else []
 
 
 @router.get("/deployments")
@@ -79,7 +89,7 @@ def list_capacity(w: Watched, ctx: Ctx, _: Reader, limit: int = 50) -> list[dict
              "model": c.model, "workload": c.workload, "status": c.status, "estimate": c.estimate, "low": c.low,
              "high": c.high, "level": c.level, "binding": c.binding, "requests": c.requests, "seconds": c.seconds,
              "url": f"/capacity/{c.id}"}
-            for c in ctx.store.list_capacity(deployment=w.name, limit=max(1, min(limit, 500)))]
+            for c in _capacity_of(ctx, w, max(1, min(limit, 500)))]
 
 
 @router.get("/deployments/{name}/experiments")
@@ -171,16 +181,13 @@ def get_experiment(experiment_id: StoreId, ctx: Ctx, _: Reader) -> SafeJSON:
     return SafeJSON({**json.loads(views.as_json(view)), "watched": watched})
 
 
-def watched_of_experiment(ctx, spec: str) -> str:
-    """The advisor.yaml name whose deployment spec the experiment ran on; 404 when none is: only
-    what advisor.yaml names is shown (a shared store may hold other deployments' experiments)."""
+def watched_of_experiment(ctx, spec: str | None, what: str = "an experiment") -> str:
+    """The advisor.yaml name whose deployment spec the experiment (or capacity search) ran on; 404
+    when none is: only what advisor.yaml names is shown (a shared store may hold other deployments')."""
     for w in ctx.config.deployments:
-        try:
-            if w.deployment is not None and spec_name(w) == spec:
-                return w.name
-        except Exception:  # noqa: BLE001  (an unreadable spec names nothing)
-            continue
-    raise HTTPException(404, "not an experiment of a deployment in advisor.yaml")
+        if w.deployment is not None and spec is not None and _spec_of(w) == spec:
+            return w.name
+    raise HTTPException(404, f"not {what} of a deployment in advisor.yaml")
 
 
 def _or_404(read):

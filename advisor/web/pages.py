@@ -12,12 +12,11 @@ from fastapi.responses import HTMLResponse, Response
 
 from advisor.diagnosis.model import SEVERITY_ORDER
 from advisor.reports import charts, documents, html, views
-from advisor.web.api import _allowed, _experiments_of, _or_404, watched_of_experiment
+from advisor.web.api import _allowed, _capacity_of, _experiments_of, _or_404, _spec_of, watched_of_experiment
 from advisor.web.context import Ctx, StoreId, Watched
 from advisor.web.security import COOKIE, Reader
-from advisor.app.capacity import trend_of
+from advisor.app.capacity import spec_period, trend_of
 from advisor.app.weekly import weekly_report
-from advisor.capacity.result import CapacityResult
 from advisor.reports import capacity_text
 from advisor.reports.capacity_trend import figure as capacity_figure
 from advisor.diagnosis import load_rules
@@ -68,17 +67,18 @@ def deployment(w: Watched, ctx: Ctx, _: Reader) -> HTMLResponse:
                                              "last": f.created_at, "severity": f.severity})
         row["count"] += 1
         row["last"], row["severity"] = f.created_at, f.severity
-    capacity = trend_of(ctx.store, w.name, datetime.now(timezone.utc), WEEK_S)
+    spec, period = _spec_of(w), spec_period(w, WEEK_S)
+    capacity = trend_of(ctx.store, spec, datetime.now(timezone.utc), period) if spec else None
     return _page("deployment.html.j2", ctx, w=w, diagnoses=diagnoses, experiments=_experiments_of(ctx, w),
                  findings=sorted(by_rule.values(), key=lambda r: r["last"], reverse=True), when=views.when,
-                 capacity=capacity, capacity_runs=ctx.store.list_capacity(deployment=w.name, limit=20),
+                 capacity=capacity, capacity_days=round(period / 86400), capacity_runs=_capacity_of(ctx, w, 20),
                  figure=capacity_figure)
 
 
 def _capacity_page(ctx, run_id: int) -> str:
     summary, doc = _or_404(lambda: ctx.store.get_capacity(run_id))
-    _allowed(ctx, summary.deployment)
-    return capacity_text.html(CapacityResult.model_validate(doc), dashboard=True, deployment=summary.deployment)
+    watched = watched_of_experiment(ctx, summary.deployment, "a capacity search")
+    return capacity_text.html(documents.stored_capacity(run_id, doc), dashboard=True, deployment=watched)
 
 
 @router.get("/capacity/{run_id}", response_class=HTMLResponse)

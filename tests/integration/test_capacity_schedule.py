@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 RATE, STEP, LE = 8.0, 15, [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000]
 PROMPT, OUTPUT = 40, 16  # in the (20, 50] and (10, 20] buckets
-MULTIPLE = 1.5
+MULTIPLE = 0.5  # a ceiling (4/s) below the production rate the search would start from (8/s)
 TOKEN = "t0ken"
 
 
@@ -74,25 +74,27 @@ def test_a_scheduled_capacity_run_keeps_its_guardrails_and_shows_week_over_week(
     db = f"sqlite:///{tmp_path / 'advisor.db'}"
     with LlamaServer(model=paths.tiny_gguf("Q8_0"), max_num_seqs=2, threads=1) as engine:
         pid = listener(engine.port)
-        dep = write_deployment(engine, tmp_path / "dep.yaml", name="prod")
+        # advisor.yaml calls it "prod"; its spec "prod-spec", the name answers are stored under.
+        dep = write_deployment(engine, tmp_path / "dep.yaml", name="prod-spec")
         cfg = FleetConfig.model_validate({"deployments": [{
             "name": "prod", "prom_url": prom.url, "deployment": str(dep), "slo": str(tmp_path / "slo.yaml"),
             "capacity": {"every": "7d", "window": "2h", "max_rate_multiple": MULTIPLE, "max_requests": 400,
                          "max_duration": "5m", "trial_requests": 60}}]})
         with open_store(db) as store:
             week_ago = datetime.now(timezone.utc) - timedelta(days=7, hours=12)
-            store.save_capacity(_week_before(week_ago), deployment="prod", created_at=week_ago)
+            store.save_capacity(_week_before(week_ago), deployment="prod-spec", created_at=week_ago)
         scheduler = Scheduler(cfg, db, owner="one")
         now = datetime.now(timezone.utc)
         [started] = scheduler.run_due(now)
         assert started.job == "capacity:prod" and started.detail == "started"
         assert Scheduler(cfg, db, owner="two").run_due(now) == [], "a second advisor never runs the slot again"
-        assert scheduler.run_due(now) == [], "a slot that comes while the search runs waits for it"
+        next_slot = now + timedelta(days=7)
+        assert scheduler.run_due(next_slot) == [], "a slot that comes while the search runs waits for it"
         scheduler.wait_background(timeout=500)
         with open_store(db) as store:
-            [run] = store.list_job_runs("capacity:prod")
+            [run] = store.list_job_runs("capacity:prod")  # the next slot was not claimed while it ran
             assert run.ok, run.detail
-            [latest, older] = store.list_capacity(deployment="prod")
+            [latest, older] = store.list_capacity(deployment="prod-spec")
             _, doc = store.get_capacity(latest.id)
         assert run.detail.startswith(f"capacity run {latest.id}: ")
         assert listener(engine.port) == pid, "the replica the advisor did not start is left serving as it was"
@@ -127,4 +129,5 @@ def test_a_scheduled_capacity_run_keeps_its_guardrails_and_shows_week_over_week(
         assert [c["id"] for c in listing] == [latest.id, older.id] and listing[0]["status"] == r.status
         report = client.get(f"/capacity/{latest.id}")
         assert report.status_code == 200 and "<svg" in report.text and "Capacity at the SLO" in report.text
+        assert 'href="/deployments/prod"' in report.text, "back to the deployment's page, by its advisor.yaml name"
         assert client.get("/capacity/999999").status_code == 404

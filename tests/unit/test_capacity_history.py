@@ -73,7 +73,7 @@ def test_the_store_keeps_each_answer_whole_and_lists_a_deployment_s_by_period(tm
         new = store.save_capacity(result(4.5, 5.5, float("nan")), deployment="prod", created_at=NOW - timedelta(days=1))
         store.save_capacity(result(1, 2, 1.5), deployment="other", created_at=NOW)
         assert [c.id for c in store.list_capacity(deployment="prod")] == [new, old]
-        week = store.list_capacity(deployment="prod", since=NOW - timedelta(days=7), before=NOW)
+        week = store.list_capacity(deployment="prod", since=NOW - timedelta(days=7), until=NOW)
         assert [c.id for c in week] == [new] and week[0].estimate is None, "NaN is stored as nothing"
         summary, doc = store.get_capacity(old)
         assert summary.low == 2.5 and summary.deployment == "prod" and "secret" not in summary.target
@@ -115,3 +115,28 @@ def test_a_rate_multiple_without_the_production_rate_is_one_line_before_anything
     r = CliRunner().invoke(app, ["capacity", "--target", "http://127.0.0.1:9", "--workload", str(tmp_path / "w.yaml"),
                                  "--max-rate-multiple", "2"])
     assert r.exit_code == 2 and "--max-rate-multiple needs the production rate: give --from-prom" in r.output
+
+
+def test_a_search_waits_for_no_experiment_and_save_needs_a_spec(tmp_path, monkeypatch):
+    """A target an experiment holds (its lock) is not measured: one line, before anything is sent."""
+    from advisor.experiments.arms.journal import TargetLock
+    from advisor.experiments.design.deployment import load_deployment
+    from advisor.experiments.run.session import checked_state_dir
+    from advisor.settings import get_settings
+
+    monkeypatch.setenv("ADVISOR_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    dep = tmp_path / "dep.yaml"
+    dep.write_text("name: prod\nengine: vllm\nmodel: tiny\nlauncher: endpoints\n"
+                   "endpoints: {baseline: 'http://127.0.0.1:9', candidate: 'http://127.0.0.1:10'}\n")
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump({"name": "w", "buckets": [{"prompt_tokens": [10, 20],
+                                                     "output_tokens": [5, 10]}], "arrival": {"kind": "poisson", "rate": 1}}))
+    try:
+        with TargetLock(checked_state_dir(load_deployment(dep).key)):
+            r = CliRunner().invoke(app, ["capacity", "--deployment", str(dep), "--workload", str(tmp_path / "w.yaml")])
+        assert r.exit_code == 2 and "capacity of prod not measured now: another experiment holds this target" in r.output
+        r = CliRunner().invoke(app, ["capacity", "--target", "http://127.0.0.1:9", "--workload", str(tmp_path / "w.yaml"),
+                                     "--save"])
+        assert r.exit_code == 2 and "--save needs --deployment" in r.output
+    finally:
+        get_settings.cache_clear()

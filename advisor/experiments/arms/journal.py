@@ -55,7 +55,7 @@ class TargetLock:
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise Busy(f"another experiment holds this target (pid {holder}); one at a time") from None
+            raise Busy(f"another experiment holds this target (or a capacity search: pid {holder}); one at a time") from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._fd = fd

@@ -66,14 +66,6 @@ CONSERVATIVE = {"p50": 0.15, "mean": 0.20, "p95": 0.25, "p99": 0.35, "per_s": 0.
 CONSERVATIVE_REQUESTS = 32
 
 
-def _st():
-    """scipy.stats, imported where a test needs it: it costs 0.6-0.85 s on the 2-core host, and a bad
-    input or a plan is answered before it (python -X importtime -m advisor.cli experiment ...)."""
-    from scipy import stats
-
-    return stats
-
-
 def conservative(statistic: str) -> Noise:
     total = CONSERVATIVE[statistic]
     half = total / math.sqrt(2)
@@ -119,7 +111,7 @@ def power(sd: float, effect: float, max_blocks: int, stop: Stopping, statistic: 
         level = stop.level_at(k, max_blocks)
         if level is None:
             continue
-        crit = _st().t.ppf(1 - level / 2, max(1, 2 * k - 2)) * se[k - 1]
+        crit = stats.scipy_stats().t.ppf(1 - level / 2, max(1, 2 * k - 2)) * se[k - 1]
         now = ~decided & (np.abs(est[:, k - 1]) > crit)
         used[now] = k
         decided |= now

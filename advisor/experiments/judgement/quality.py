@@ -28,6 +28,7 @@ from pathlib import Path
 from advisor import net
 from advisor.errors import AdvisorError
 from advisor.experiments.result import QualityGuard
+from advisor.experiments.stats import scipy_stats
 from probes.http import client as http_client
 from probes.http import request
 from concurrent.futures import ThreadPoolExecutor
@@ -39,14 +40,6 @@ TOP_K = 5
 MARGIN = 0.1
 LEVEL = 0.95
 CONCURRENCY = 4
-
-
-def _st():
-    """scipy.stats, imported where a test needs it: it costs 0.6-0.85 s on the 2-core host, and a bad
-    input or a plan is answered before it (python -X importtime -m advisor.cli experiment ...)."""
-    from scipy import stats
-
-    return stats
 
 
 def _load() -> list[str]:
@@ -150,7 +143,7 @@ def compare(baseline: list[list[Step]], candidate: list[list[Step]], margin: flo
     if len(per_prompt) >= 2:
         mean = sum(per_prompt) / len(per_prompt)
         sd = math.sqrt(sum((x - mean) ** 2 for x in per_prompt) / (len(per_prompt) - 1))
-        half = float(_st().t.ppf(0.5 + LEVEL / 2, len(per_prompt) - 1)) * sd / math.sqrt(len(per_prompt))
+        half = float(scipy_stats().t.ppf(0.5 + LEVEL / 2, len(per_prompt) - 1)) * sd / math.sqrt(len(per_prompt))
         ci = (mean - half, mean + half)
         verdict = "within margin" if ci[0] > -margin else "past margin" if ci[1] < -margin else "unclear"
     differ = n - exact
