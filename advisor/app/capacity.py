@@ -120,15 +120,11 @@ def _holding(dep: Deployment | None) -> Iterator[None]:
     if dep is None:
         yield
         return
-    lock = TargetLock(checked_state_dir(dep.key))
     try:
-        lock.__enter__()
+        with TargetLock(checked_state_dir(dep.key)):  # Busy only on entry: the search takes no lock
+            yield
     except Busy as e:
         raise CapacityError(f"capacity of {dep.name} not measured now: {e}") from None
-    try:
-        yield
-    finally:
-        lock.__exit__(None, None, None)
 
 
 def _measure(req: CapacityRequest, url: str, spec_model, spec_price, shown: str, slo, objs, size: int,

@@ -107,7 +107,7 @@ class Estimate:
 
 def scipy_stats():
     """scipy.stats, imported where a test needs it: it costs 0.6-0.85 s on the 2-core host, and a bad
-    input or a plan is answered before it (python -X importtime -m advisor.cli experiment ...)."""
+    input or a plan is answered before it (`python -X importtime` of `advisor experiment` with a bad input)."""
     from scipy import stats
 
     return stats

@@ -8,23 +8,12 @@ not told apart, whatever their estimates say."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from advisor.capacity.result import interval_text
 
-
-class Answer(Protocol):
-    """A stored capacity answer's summary (advisor/store/capacity.py CapacitySummary)."""
-
-    id: int
-    created_at: datetime
-    status: str
-    estimate: float | None
-    low: float | None
-    high: float | None
-    level: float
-    binding: str | None
+if TYPE_CHECKING:  # the store package loads sqlalchemy and alembic: not for `advisor capacity` without --save
+    from advisor.store import CapacitySummary
 
 
 @dataclass(frozen=True)
@@ -36,7 +25,7 @@ class CapacityTrend:
     latest_id: int | None = None
 
 
-def figure(a: Answer) -> str:
+def figure(a: CapacitySummary) -> str:
     """The answer as a number with its interval, in one phrase (a stored summary: no trials at hand)."""
     if a.status == "zero":
         return "0 requests/s (the SLO broke at the lowest rate tried)"
@@ -47,17 +36,17 @@ def figure(a: Answer) -> str:
     return ("partial: " if a.status == "partial" else "") + interval_text(a.low, a.high, a.estimate, a.level)
 
 
-def _stamp(a: Answer) -> str:
+def _stamp(a: CapacitySummary) -> str:
     return f"{figure(a)}, {a.created_at:%Y-%m-%d} (capacity run {a.id})"
 
 
-def _middle(a: Answer) -> float | None:
+def _middle(a: CapacitySummary) -> float | None:
     if a.estimate is not None:
         return a.estimate
     return a.low if a.status == "at least" else None
 
 
-def trend(latest: Answer | None, before: Answer | None) -> CapacityTrend:
+def trend(latest: CapacitySummary | None, before: CapacitySummary | None) -> CapacityTrend:
     if latest is None:
         return CapacityTrend("not measured this period", _stamp(before) if before else "-", "-", False)
     if before is None:

@@ -3,7 +3,6 @@ report show, and advisor.yaml's capacity schedule with its guardrails (bad input
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,7 +13,7 @@ from advisor.capacity.result import CapacityResult, ObjectiveRow
 from advisor.cli import app
 from advisor.fleet.config import FleetError, load_config
 from advisor.reports.capacity_trend import figure, trend
-from advisor.store import StoreError, open_store
+from advisor.store import CapacitySummary, StoreError, open_store
 
 NOW = datetime(2026, 12, 6, 12, tzinfo=timezone.utc)
 
@@ -27,16 +26,11 @@ def result(low, high, estimate, status="bounded") -> CapacityResult:
         requests=500, seconds=120.0, trial_requests=86, warmup_requests=43, trials=[])
 
 
-@dataclass
-class Summary:
-    id: int
-    created_at: datetime
-    status: str
-    estimate: float | None
-    low: float | None
-    high: float | None
-    level: float = 0.95
-    binding: str | None = "ttft_p95"
+def Summary(id: int, created_at: datetime, status: str, estimate, low, high) -> CapacitySummary:  # noqa: N802
+    """A stored answer's summary as the store lists it."""
+    return CapacitySummary(id=id, created_at=created_at, deployment="prod", target="http://10.0.0.1:8000", model="m",
+                           workload="w", status=status, estimate=estimate, low=low, high=high, level=0.95,
+                           binding="ttft_p95", requests=500, seconds=120.0)
 
 
 def test_intervals_apart_are_a_change_and_overlapping_ones_are_not():
