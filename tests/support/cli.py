@@ -1,18 +1,67 @@
-"""Run the real `advisor` command line in a subprocess, as a user would, and judge how it failed.
+"""Run the real `advisor` command line in a process of its own, as a user would, and judge how it failed.
 
 In-process runners skip the entry point, which is where an escaped exception becomes exit 3 and a
-signal becomes one line; bad-input tests therefore go through `python -m advisor.cli`.
+signal becomes one line; bad-input tests therefore go through `python -m advisor.cli`'s own code,
+in a child forked from a pre-imported zygote (tests/support/zygote.py: the same entry point without
+an interpreter's start and the imports per command). ADVISOR_TEST_SUBPROCESS=1 runs each in a fresh
+interpreter instead.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The environment before any test changed it: the zygote's own (each command gets the test's).
+_BASE_ENV = {k: v for k, v in os.environ.items() if k != "ADVISOR_DEBUG"} | {"COLUMNS": "200"}
+
+
+class _Zygote:
+    """This test process's zygote, started on first use and kept for the session."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.support.zygote"], cwd=ROOT, env=_BASE_ENV,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.lock = threading.Lock()
+        if json.loads(self.proc.stdout.readline() or "{}").get("ready") is not True:
+            raise RuntimeError("the CLI zygote did not start")
+
+    def run(self, args: list[str], env: dict[str, str], cwd: Path, timeout: float) -> tuple[int, str, str]:
+        with self.lock, tempfile.TemporaryDirectory(prefix="advisor-cli-") as tmp:
+            out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
+            self.proc.stdin.write(json.dumps({"argv": args, "env": env, "cwd": str(cwd), "stdout": str(out),
+                                              "stderr": str(err)}) + "\n")
+            pid = json.loads(self.proc.stdout.readline())["pid"]
+            killed = threading.Event()
+            timer = threading.Timer(timeout, _kill, (pid, killed))
+            timer.start()
+            try:
+                code = json.loads(self.proc.stdout.readline())["code"]
+            finally:
+                timer.cancel()
+            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+            if killed.is_set():
+                raise subprocess.TimeoutExpired(["advisor", *args], timeout, stdout, stderr)
+            return code, stdout, stderr
+
+
+def _kill(pid: int, killed: threading.Event) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)  # the zygote reaps it and answers
+        killed.set()
+    except ProcessLookupError:
+        pass
+
+
+_zygote: _Zygote | None = None
 
 
 @dataclass
@@ -35,9 +84,15 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60, 
     if data_dir is not None:
         full["ADVISOR_DATA_DIR"] = str(data_dir)
     argv = [sys.executable, "-m", "advisor.cli", *args]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full, cwd=cwd or ROOT,
-                       stdin=subprocess.DEVNULL)
-    return Ran(argv, p.returncode, p.stdout, p.stderr)
+    if os.environ.get("ADVISOR_TEST_SUBPROCESS") == "1":
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full, cwd=cwd or ROOT,
+                           stdin=subprocess.DEVNULL)
+        return Ran(argv, p.returncode, p.stdout, p.stderr)
+    global _zygote
+    if _zygote is None or _zygote.proc.poll() is not None:
+        _zygote = _Zygote()
+    code, stdout, stderr = _zygote.run(list(args), full, cwd or ROOT, timeout)
+    return Ran(argv, code, stdout, stderr)
 
 
 def assert_one_line_error(r: Ran, code: int = 2, contains: str | None = None, secrets: tuple[str, ...] = ()) -> str:
