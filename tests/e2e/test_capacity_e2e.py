@@ -29,7 +29,7 @@ def capacity(url: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 def test_capacity_of_a_live_engine_with_its_interval_chart_and_plan(tmp_path):
     with LlamaServer(model=paths.tiny_gguf("Q8_0"), max_num_seqs=4, threads=1) as engine:
-        p = capacity(engine.url, tmp_path, "--width", "0.3", "--peak", "40", "--price-per-hour", "0.8/host",
+        p = capacity(engine.url, tmp_path, "--width", "0.45", "--peak", "40", "--price-per-hour", "0.8/host",
                      "--output", "json")
         assert p.returncode == 0, p.stderr[-3000:]
         r = json.loads(p.stdout)

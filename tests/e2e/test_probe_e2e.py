@@ -37,12 +37,13 @@ def test_prometheus_and_engine_probes_agree(local_engine, local_prometheus, back
     prom.wait_scraped()  # a sample from before the load
     box, first = {}, threading.Event()
     # The engine probe's window holds the whole load: it starts once the probe's first scrape is
-    # taken, stops sending after 12 s, and the window runs 30 s.
+    # taken, stops sending after 10 s (6 in flight drain within a second or two), and the window
+    # runs 20 s.
     sampler = threading.Thread(target=lambda: box.update(
-        snap=probe_engine(local_engine.url, window_s=30, progress=lambda *_: first.set())))
+        snap=probe_engine(local_engine.url, window_s=20, progress=lambda *_: first.set())))
     sampler.start()
     assert first.wait(60), "the engine probe never took its first scrape"
-    background.start(local_engine.url, requests=10_000, duration_s=12, concurrency=6, prompt_words=300, max_tokens=24)
+    background.start(local_engine.url, requests=10_000, duration_s=10, concurrency=6, prompt_words=300, max_tokens=24)
     assert background.join()[0].errors == 0
     sampler.join(120)
     settle(prom)
