@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # All tests: unit and integration (a real Prometheus, PostgreSQL) four at a time, a module per
 # worker so that each module-scoped server starts once; then e2e (the real CPU vLLM, a real browser)
-# one at a time, since they measure a CPU-bound engine. Options (-x, -k EXPR ...) go to both runs;
-# given test paths, just those run, one at a time. The exit code is non-zero when either run failed
-# (a run that -k leaves empty is not a failure).
+# one at a time, since they measure a CPU-bound engine. Tests that run the `advisor` command fork it
+# from a pre-imported interpreter (tests/support/zygote.py; ADVISOR_TEST_SUBPROCESS=1 gives each a
+# fresh one instead). Options (-x, -k EXPR ...) go to both runs; given test paths, just those run,
+# one at a time. The exit code is non-zero when either run failed (a run that -k leaves empty is
+# not a failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
