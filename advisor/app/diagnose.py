@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from advisor.app.snapshot import Source, take
 from advisor.errors import AdvisorError
+from advisor.ranges import BLOCKS_MAX
 from advisor.settings import get_settings
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class DiagnoseRequest:
     deployment: Path | None = None
     deployment_optional: bool = False
     experiments: int = 0
+    blocks: int | None = None  # the most blocks per arm of each experiment; None: planned per check
     workload: Path | None = None
     price_per_hour: str | None = None
     prices: tuple[tuple[object, str], ...] = ()
@@ -90,6 +92,10 @@ def _inputs(req: DiagnoseRequest) -> _Inputs:
     rules = load_rules(overrides=load_overrides(overrides_file) if overrides_file else {})
     if req.experiments and not req.deployment:
         raise UsageProblem("--experiment needs --deployment (how to launch the candidate)")
+    if req.blocks is not None and not req.experiments:
+        raise UsageProblem("--blocks limits the experiments' blocks: it needs --experiment N")
+    if req.blocks is not None and not 2 <= req.blocks <= BLOCKS_MAX:
+        raise UsageProblem(f"--blocks must be between 2 and {BLOCKS_MAX}, not {req.blocks}")
     if req.workload and not req.experiments:
         raise UsageProblem("--workload is what the experiments replay: it needs --experiment N")
     dep = None
@@ -156,7 +162,7 @@ def diagnose(req: DiagnoseRequest, *, say: Callable[[str], None] = _quiet,
         from advisor.experiments.run.checks import verify_top_checks
 
         ran = verify_top_checks(result, dep, req.experiments, price=inputs.price, workload=inputs.workload,
-                                baseline=req.baseline, say=say)
+                                baseline=req.baseline, blocks=req.blocks, say=say)
     name = req.stored_as or (dep.name if dep else None)
     if req.trigger is not None:
         result.trigger = req.trigger

@@ -45,6 +45,7 @@ def diagnose(
     save: Annotated[bool, typer.Option("--save", help="Record this diagnosis in the store (ADVISOR_DB_URL, default SQLite in the data dir) for the dashboard and weekly report.")] = False,
     deployment: Annotated[Optional[Path], typer.Option("--deployment", help="Deployment YAML of the diagnosed target: needed by --experiment, and its flags are the configuration the checks consider.")] = None,
     experiments: Annotated[int, typer.Option("--experiment", min=0, help="Run A/B experiments for the top N testable checks and put their verdicts into the diagnosis (needs --deployment).")] = 0,
+    blocks: Annotated[Optional[int], typer.Option("--blocks", help="With --experiment: the most blocks per arm of each experiment (2 or more), to bound its time; a run that reaches it undecided is inconclusive. Default: planned per check from the target's A/A calibration.")] = None,
     workload_file: Annotated[Optional[Path], typer.Option("--workload", help="Workload YAML that every experiment replays, instead of the traffic shape read from Prometheus (which cannot show, say, shared prefixes while prefix caching is off). Needs --experiment.")] = None,
     price_per_hour: PricePerHour = None,
     baseline: Annotated[Baseline, typer.Option("--baseline", help="Each experiment's baseline arm with parallel local arms: auto (a fresh replica when the engine found serving has traffic of its own and the host has room, else refused before anything starts), fresh, or found (the busy engine measured anyway, its outside traffic reported).")] = Baseline.auto,
@@ -66,8 +67,8 @@ def diagnose(
 
     request = DiagnoseRequest(
         source=Source(prom_url=prom_url, url=url, window=window, model=model, at=at, engine=engine),
-        slo=slo, rules_config=rules_config, deployment=deployment, experiments=experiments, workload=workload_file,
-        price_per_hour=price_per_hour, baseline=baseline.value, save=save)
+        slo=slo, rules_config=rules_config, deployment=deployment, experiments=experiments, blocks=blocks,
+        workload=workload_file, price_per_hour=price_per_hour, baseline=baseline.value, save=save)
     try:
         if out_file is not None and output is ReportFormat.text:
             raise UsageProblem("--out writes --output json, markdown or html; text is for the terminal")

@@ -127,6 +127,39 @@ def test_a_replay_that_cannot_show_shared_prefixes_does_not_test_prefix_caching(
     assert designed[0] == ("prefix_caching", shared.prefix), "the declared workload, shared prefixes and all"
 
 
+def test_diagnose_blocks_cap_every_experiment_it_designs(tmp_path, monkeypatch):
+    """`advisor diagnose --experiment N --blocks B`: each check's design gets B as its most blocks
+    per arm; without it the planner decides (None)."""
+    from advisor.errors import AdvisorError
+    from advisor.experiments.design.deployment import load_deployment
+    from advisor.experiments.run import checks
+    from advisor.workload.spec import Workload
+    from tests.unit.test_reports import diagnosis
+
+    w = Workload.model_validate({"name": "w", "requests": 8, "arrival": {"kind": "concurrency", "concurrency": 4},
+                                 "buckets": [{"prompt_tokens": 100, "output_tokens": 8}]})
+    got = []
+
+    def fake_design(dep, mechanism, value, workload, **kw):
+        got.append(kw["blocks"])
+        raise AdvisorError("stop here")
+
+    monkeypatch.setattr(checks, "design", fake_design)
+    dep = load_deployment(_dep(tmp_path))
+    checks.verify_top_checks(diagnosis(), dep, 1, lambda m: None, workload=w, blocks=4)
+    capped = len(got)
+    checks.verify_top_checks(diagnosis(), dep, 1, lambda m: None, workload=w)
+    assert capped and set(got[:capped]) == {4} and set(got[capped:]) == {None}, got
+
+
+def test_diagnose_blocks_need_an_experiment_and_a_sane_count(tmp_path):
+    assert_one_line_error(run_cli("diagnose", "--url", "http://127.0.0.1:9", "--blocks", "4",
+                                  data_dir=tmp_path / "data"), contains="--blocks")
+    assert_one_line_error(run_cli("diagnose", "--url", "http://127.0.0.1:9", "--deployment", str(_dep(tmp_path)),
+                                  "--experiment", "1", "--blocks", "1", data_dir=tmp_path / "data"),
+                          contains="--blocks must be between 2")
+
+
 def test_diagnose_workload_needs_an_experiment_and_a_valid_file(tmp_path):
     bad = tmp_path / "w.yaml"
     bad.write_text("name: w\nrequests: 0\narrival: {kind: concurrency, concurrency: 2}\nbuckets: [{prompt_tokens: 10, output_tokens: 2}]\n")

@@ -47,12 +47,13 @@ def _unseen_by_replay(mechanism: str, workload) -> str | None:
 
 
 def verify_top_checks(diag: Diagnosis, dep, n: int, say, price=None, workload=None,
-                      baseline: str = "auto") -> list[ExperimentResult]:
+                      baseline: str = "auto", blocks: int | None = None) -> list[ExperimentResult]:
     """Runs the experiments of the top n checks that can be tested here (not held back, not already
     in the candidate state, supported by the engine); each check tested refers to its stored result
     in `verdict`, the others get the reason. Returns the results, in the order run, for the reports
     made before anything is read back from the store. `workload`: the traffic every experiment
-    replays, as the user declared it; else the shape read from Prometheus. An interrupt ends the
+    replays, as the user declared it; else the shape read from Prometheus. `blocks`: the most blocks
+    per arm of each experiment (None: planned from the target's A/A calibration). An interrupt ends the
     loop after that experiment's restore; its result so far is kept."""
 
     replayed = workload is None
@@ -89,9 +90,10 @@ def verify_top_checks(diag: Diagnosis, dep, n: int, say, price=None, workload=No
             check.verdict = CheckSkip(skipped=unseen)
             continue
         try:
-            # blocks planned from the target's A/A calibration; requests per block from the workload
-            d = design(dep, check.mechanism, None, workload, concurrency=None, readout_signal=check.readout,
-                       direction=check.direction, state=state, calibration=cal, baseline=baseline)
+            # blocks: planned from the target's A/A calibration unless capped; requests per block: from the workload
+            d = design(dep, check.mechanism, None, workload, blocks=blocks, concurrency=None,
+                       readout_signal=check.readout, direction=check.direction, state=state, calibration=cal,
+                       baseline=baseline)
         except AdvisorError as e:
             check.verdict = CheckSkip(skipped=str(e))
             continue
