@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 
@@ -158,3 +159,31 @@ def test_an_invalid_trial_is_tried_again_and_a_host_that_never_keeps_up_ends_the
 
     a = s.search(never, [TTFT], s.Limits(start_rate=0.5, max_rate=100.0, min_rate=0.01))
     assert a.status == "partial" and len(a.trials) == 3 and "3 trials were invalid" in a.stopped
+
+
+def test_the_terminal_and_markdown_reports_show_the_answer_every_trial_and_the_plan_as_text():
+    """`advisor capacity` without --output json: the answer's line, each trial a row (its rate, its
+    outcome and each objective's share), the goodput and the peak's plan; a target's and a workload's
+    names shown as the text they are (a terminal escape never runs, markdown never renders)."""
+    from datetime import datetime, timezone
+
+    from advisor.capacity.result import result_of
+    from advisor.reports import capacity_text
+
+    answer = run_search(Queue(4, 0.5), seed=3)
+    r = result_of(answer, [TTFT], target="http://h:1/\x1b[2J", model="m", workload="*bold* | pipe",
+                  started_at=datetime(2026, 12, 6, tzinfo=timezone.utc), alpha=s.ALPHA, width=0.1,
+                  trial_requests=TALLIED, warmup_requests=WARMUP)
+    r.plan = plan_peak(r, peak=36.0, headroom=0.8, per_hour=2.0, currency="USD", units=1)
+    text = capacity_text.text(r)
+    assert r.summary in text and "TTFT p95 <= 1 s" in text and f"{len(r.trials)} trials" in text
+    assert "\x1b" not in text and "\\x1b[2J" in text
+    rows = [line for line in text.splitlines() if re.match(r"\s+[\d.]+\s+(pass|fail|unclear)", line)]
+    assert len(rows) == len(r.trials), text
+    for row, t in zip(rows, r.trials):
+        assert t.outcome in row and f"{t.shares['ttft_p95']:.1%}" in row, (row, t)
+    assert "peak 36 requests/s" in text and f"{r.plan.replicas} replica(s)" in text
+    md = capacity_text.markdown(r)
+    assert "\\*bold\\* \\| pipe" in md and "\x1b" not in md
+    assert "## Planning for a peak of 36 requests/s" in md
+    assert md.count("\n| ") == len(r.trials) + 1, "a header and a row per trial"
