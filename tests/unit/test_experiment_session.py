@@ -152,6 +152,43 @@ def test_diagnose_blocks_cap_every_experiment_it_designs(tmp_path, monkeypatch):
     assert capped and set(got[:capped]) == {4} and set(got[capped:]) == {None}, got
 
 
+def test_a_check_whose_experiment_cannot_start_says_why_and_an_interrupt_keeps_what_ran(tmp_path, monkeypatch):
+    """diagnose --experiment N: an experiment that cannot start leaves its check with the reason and
+    the next check is tried; an interrupt (its baseline restored) keeps that experiment's result on
+    its check and runs no further experiments."""
+    from types import SimpleNamespace
+
+    from advisor.diagnosis.model import CheckSkip, ExperimentRef
+    from advisor.errors import AdvisorError
+    from advisor.experiments.design.deployment import load_deployment
+    from advisor.experiments.run import checks, session
+    from advisor.workload.spec import Workload
+    from tests.unit.test_reports import diagnosis
+
+    w = Workload.model_validate({"name": "w", "requests": 8, "arrival": {"kind": "concurrency", "concurrency": 4},
+                                 "buckets": [{"prompt_tokens": 100, "output_tokens": 8}]})
+    runs = []
+
+    def fake_run(d, **kw):
+        runs.append(d)
+        if len(runs) == 1:
+            raise AdvisorError("port 1 is taken")
+        raise session.KeyboardInterruptWithResult(SimpleNamespace(id="exp-7", verdict="improved"))
+
+    monkeypatch.setattr(checks, "design", lambda dep, mechanism, *a, **kw: mechanism)
+    monkeypatch.setattr(checks.session, "run", fake_run)
+    d = diagnosis()
+    said = []
+    got = checks.verify_top_checks(d, load_deployment(_dep(tmp_path)), 5, said.append, workload=w)
+    tried = [c for c in d.checks if c.mechanism in runs]
+    assert len(runs) == 2 and len(tried) >= 2, (runs, [c.mechanism for c in d.checks])
+    first, second = tried[0], tried[1]
+    assert isinstance(first.verdict, CheckSkip)
+    assert first.verdict.skipped == "the experiment could not start: port 1 is taken"
+    assert isinstance(second.verdict, ExperimentRef) and second.verdict.experiment == "exp-7"
+    assert [r.id for r in got] == ["exp-7"] and said[-1] == "interrupted: no further experiments"
+
+
 def test_diagnose_blocks_need_an_experiment_and_a_sane_count(tmp_path):
     assert_one_line_error(run_cli("diagnose", "--url", "http://127.0.0.1:9", "--blocks", "4",
                                   data_dir=tmp_path / "data"), contains="--blocks")
