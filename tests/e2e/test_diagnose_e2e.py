@@ -136,7 +136,10 @@ def test_diagnose_experiment_proves_the_queue_check_on_a_live_queue(local_engine
     # At the replayed load the candidate needs no more than two slots on average either; the queue
     # that the baseline's two make is what it lacks.
     assert running["watched"] and running["baseline"] <= 2.01 and running["candidate"] <= 8.01, x["server"]
-    assert waiting["baseline"] > 0.5, x["server"]  # the replay at its capacity queues behind its 2 slots
+    # The replay at its capacity queues behind the baseline's 2 slots, and the candidate's 8 leave no
+    # queue. How long the baseline's is depends on how fast this host's load generator keeps up: a
+    # mean of 0.33-0.43 waiting in two runs, over 0.5 in the others; it is the difference that is held.
+    assert waiting["baseline"] > 0.1 and waiting["baseline"] > 3 * waiting["candidate"], x["server"]
     for b in x["blocks"]:
         assert b["server"]["requests_counted"] == b["requests"] and b["server"]["outside_requests"] == 0, b
     assert not any(n.startswith("outside traffic") for n in x["server_notes"]), x["server_notes"]
