@@ -127,17 +127,23 @@ def test_a_replay_that_cannot_show_shared_prefixes_does_not_test_prefix_caching(
     assert designed[0] == ("prefix_caching", shared.prefix), "the declared workload, shared prefixes and all"
 
 
+def _replayed():
+    """A small workload for diagnose --experiment's loop, declared so that nothing reads Prometheus."""
+    from advisor.workload.spec import Workload
+
+    return Workload.model_validate({"name": "w", "requests": 8, "arrival": {"kind": "concurrency", "concurrency": 4},
+                                    "buckets": [{"prompt_tokens": 100, "output_tokens": 8}]})
+
+
 def test_diagnose_blocks_cap_every_experiment_it_designs(tmp_path, monkeypatch):
     """`advisor diagnose --experiment N --blocks B`: each check's design gets B as its most blocks
     per arm; without it the planner decides (None)."""
     from advisor.errors import AdvisorError
     from advisor.experiments.design.deployment import load_deployment
     from advisor.experiments.run import checks
-    from advisor.workload.spec import Workload
     from tests.unit.test_reports import diagnosis
 
-    w = Workload.model_validate({"name": "w", "requests": 8, "arrival": {"kind": "concurrency", "concurrency": 4},
-                                 "buckets": [{"prompt_tokens": 100, "output_tokens": 8}]})
+    w = _replayed()
     got = []
 
     def fake_design(dep, mechanism, value, workload, **kw):
@@ -162,11 +168,9 @@ def test_a_check_whose_experiment_cannot_start_says_why_and_an_interrupt_keeps_w
     from advisor.errors import AdvisorError
     from advisor.experiments.design.deployment import load_deployment
     from advisor.experiments.run import checks, session
-    from advisor.workload.spec import Workload
     from tests.unit.test_reports import diagnosis
 
-    w = Workload.model_validate({"name": "w", "requests": 8, "arrival": {"kind": "concurrency", "concurrency": 4},
-                                 "buckets": [{"prompt_tokens": 100, "output_tokens": 8}]})
+    w = _replayed()
     runs = []
 
     def fake_run(d, **kw):
