@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from advisor.errors import AdvisorError
+from advisor.inputs import open_input  # a FIFO or a device is refused, not read until it ends
 from advisor.settings import get_settings
 from probes.redaction import redact_url  # noqa: F401  (re-exported)
 
@@ -80,8 +81,6 @@ MAX_SECRET_BYTES = 64 * 1024
 
 
 def _read_secret(path: Path, var: str) -> str:
-    from advisor.inputs import open_input  # a FIFO or a device is refused, not read until it ends
-
     try:
         with open_input(Path(path), CredentialsError, limit=MAX_SECRET_BYTES, where=f"{var} {path}") as f:
             data = f.read(MAX_SECRET_BYTES + 1)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Literal
 from advisor.app.snapshot import Source, take
 from advisor.errors import AdvisorError
 from advisor.ranges import BLOCKS_MAX
-from advisor.settings import get_settings
 
 if TYPE_CHECKING:
     from advisor.app.alerts_out import AlertsOut
@@ -85,6 +84,7 @@ def _inputs(req: DiagnoseRequest) -> _Inputs:
     """Every input checked before the target is read."""
     from advisor.cost import price_for
     from advisor.diagnosis import load_overrides, load_rules, load_slo
+    from advisor.settings import get_settings
 
     settings = get_settings()
     slo = load_slo(req.slo or settings.slo_file)
@@ -120,6 +120,7 @@ def _inputs(req: DiagnoseRequest) -> _Inputs:
 def _check_store() -> None:
     """The store opened (created, migrated) before anything runs: an unwritable data dir or a bad
     ADVISOR_DB_URL is one line now, not a lost result later."""
+    from advisor.settings import get_settings
     from advisor.store import open_store
 
     open_store(get_settings().database_url).close()
@@ -132,6 +133,7 @@ def diagnose(req: DiagnoseRequest, *, say: Callable[[str], None] = _quiet,
     from advisor.diagnosis import diagnose as run_rules
     from advisor.diagnosis import per_replica_signals
     from advisor.models import served_structure
+    from advisor.settings import get_settings
     from advisor.workload.tokenize_cost import for_snapshot
 
     settings = get_settings()

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from advisor import interrupts
 from advisor.errors import AdvisorError
-from advisor.settings import get_settings
 from advisor.units import MAX_LOOKBACK_S, MAX_SAMPLE_WINDOW_S, check_ceiling, parse_duration, parse_time
 
 if TYPE_CHECKING:
@@ -52,6 +51,7 @@ def take(source: Source, per_replica: bool | set[str] = True,
     Prometheus breaks down by replica (all, or those a caller reads). progress(url, done, total)
     while an engine's /metrics is sampled."""
     from advisor import net
+    from advisor.settings import get_settings
     from probes import probe_engine, probe_prometheus
 
     settings = get_settings()

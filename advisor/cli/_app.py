@@ -9,11 +9,36 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer import _click
+from typer.core import TyperGroup
 
 from advisor import escape
-from advisor.settings import get_settings
+
+
+class _Group(TyperGroup):
+    """Notes in the context whether the command line asks for a command's help, read with the
+    command's own parser (so `--slo --help` is an --slo path, as click reads it), before the
+    callback below runs: help then needs no settings and no TLS check, so it shows under a broken
+    environment and costs about 40 ms less (the settings' import and their pydantic plugins)."""
+
+    def resolve_command(self, ctx: _click.Context, args: list[str]):
+        resolved = super().resolve_command(ctx, args)
+        name, cmd, rest = resolved
+        probe = ctx
+        while cmd is not None:  # down sub-groups (`advisor report diagnosis --help`) to the command
+            probe = _click.Context(cmd, parent=probe, info_name=name, resilient_parsing=True)
+            opts, left, _ = cmd.make_parser(probe).parse_args(list(rest))
+            group = isinstance(cmd, TyperGroup)
+            if opts.get("help") or (group and not left and cmd.no_args_is_help):
+                ctx.meta["advisor.help"] = True
+            if not group or not left:
+                break
+            name, cmd, rest = cmd.resolve_command(probe, left)
+        return resolved
+
 
 app = typer.Typer(
+    cls=_Group,
     help="LLM serving advisor: reads a deployment's live metrics, recognises the symptom, ranks the checks "
     "from the optimisation map, and proves them with A/B experiments.\n\n"
     "TLS certificates are verified (opt out with --insecure or ADVISOR_TLS_VERIFY=false; trust other CAs with "
@@ -34,10 +59,18 @@ def debug_enabled() -> bool:
 
 
 @app.callback()
-def _setup(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug detail to stderr.")] = False,
+def _setup(ctx: typer.Context,
+           verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug detail to stderr.")] = False,
            debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an internal error (exit 3) instead of one line.")] = False,
            insecure: Annotated[bool, typer.Option("--insecure", help="Do not verify TLS certificates (Prometheus, engines, the load generator); warns on every run. Same as ADVISOR_TLS_VERIFY=false.")] = False,
-           ca_bundle: Annotated[Optional[Path], typer.Option("--ca-bundle", help="PEM file (or hashed directory) of the CAs to trust instead of the default store. Default: ADVISOR_CA_BUNDLE.")] = None) -> None:
+           ca_bundle: Annotated[Optional[Path], typer.Option("--ca-bundle", help="PEM file (or hashed directory) of the CAs to trust instead of the default store. Default: ADVISOR_CA_BUNDLE.")] = None,
+           ) -> None:
+    if ctx.meta.get("advisor.help"):
+        return
+    # Here, not at the top: pydantic-settings and the settings' model cost about 40 ms (python -X
+    # importtime, 2-core host), which a command's --help does not need.
+    from advisor.settings import get_settings
+
     global _debug
     _debug = debug
     level = logging.DEBUG if verbose else getattr(logging, get_settings().log_level.upper(), logging.WARNING)

@@ -12,7 +12,6 @@ from rich.console import Console
 from advisor import escape
 from advisor.option_help import ENGINE_CREDENTIALS_HELP, PROM_CREDENTIALS_HELP
 from advisor.errors import AdvisorError
-from advisor.settings import get_settings
 from probes.redaction import redact_text
 
 if TYPE_CHECKING:
@@ -60,6 +59,7 @@ def check_store_early(save: bool) -> None:
     or a bad ADVISOR_DB_URL is one line now, not a lost result later."""
     if not save:
         return
+    from advisor.settings import get_settings
     from advisor.store import StoreError, open_store
 
     try:

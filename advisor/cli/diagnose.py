@@ -27,7 +27,6 @@ from advisor.cli._common import (
 )
 from advisor.app.diagnose import UsageProblem
 from advisor.errors import AdvisorError
-from advisor.settings import get_settings
 
 
 @app.command()
@@ -79,6 +78,7 @@ def diagnose(
             err.print(f"[dim]saved as diagnosis {outcome.saved_id}[/]")
             if output is ReportFormat.html:  # with the stored experiments' every block
                 from advisor.reports.documents import stored_diagnosis
+                from advisor.settings import get_settings
                 from advisor.store import open_store
 
                 with open_store(get_settings().database_url) as store:

@@ -12,8 +12,6 @@ from advisor.cli._app import app
 from advisor.cli._common import EXIT_OK, Output, check_store_early, err, fail, out, positive_finite
 from advisor.option_help import ENGINE_CREDENTIALS_HELP, PROM_CREDENTIALS_HELP
 from advisor.errors import AdvisorError
-from advisor.loadgen.loop import run_load
-from advisor.settings import get_settings
 
 if TYPE_CHECKING:
     from probes.http import HttpConfig
@@ -69,6 +67,8 @@ def load(
     Exit codes: 0 the run was valid, 1 the load generator fell behind (results invalid), 2 could not run.
     """
     from advisor.loadgen import execute
+    from advisor.loadgen.loop import run_load
+    from advisor.settings import get_settings
     from advisor.units import parse_duration
     from advisor.workload.spec import WorkloadError
 

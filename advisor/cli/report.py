@@ -11,7 +11,6 @@ from advisor.cli._app import app
 from advisor.ranges import STORE_ID_MAX
 from advisor.cli._common import err, fail
 from advisor.errors import AdvisorError
-from advisor.settings import get_settings
 
 report_app = typer.Typer(help="Reports from the store: a diagnosis, an experiment, the weekly report. "
                               "HTML files are self-contained (styles and SVG charts inline; they open offline).",
@@ -35,6 +34,7 @@ def report_diagnosis(diagnosis_id: Annotated[int, typer.Argument(min=1, max=STOR
     """A saved diagnosis: symptoms with evidence and PromQL, ranked checks, and for each experiment
     run for it a forest plot, per-block values of both arms, its looks, manifest and restore status."""
     from advisor.reports.documents import format_of, stored_diagnosis
+    from advisor.settings import get_settings
     from advisor.store import open_store
 
     try:
@@ -53,6 +53,7 @@ def report_experiment(experiment_id: Annotated[int, typer.Argument(min=1, max=ST
     server readouts per arm and per block, the design and the manifest. HTML (with its forest plot
     and per-block chart) or markdown."""
     from advisor.reports.documents import format_of, stored_experiment
+    from advisor.settings import get_settings
     from advisor.store import open_store
 
     try:
@@ -80,6 +81,7 @@ def report_weekly(out: Out, config: ConfigOpt = None,
     from advisor.fleet.config import load_config
     from advisor.app.weekly import weekly_report
     from advisor.reports.documents import format_of
+    from advisor.settings import get_settings
     from advisor.store import open_store
     from advisor.units import parse_duration
 

@@ -32,6 +32,41 @@ def test_help_explains_every_option(command, options):
     assert "Exit codes" in r.output
 
 
+@pytest.fixture
+def broken_environment(monkeypatch):
+    from advisor.settings import get_settings
+
+    monkeypatch.setenv("ADVISOR_TIMEOUT", "soon")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.mark.parametrize("args, usage", [
+    (["diagnose", "--help"], "Usage: advisor diagnose"),
+    (["report", "diagnosis", "--help"], "Usage: advisor report diagnosis"),
+    (["report", "--help"], "Usage: advisor report"),
+    (["report"], "Usage: advisor report"),
+])
+def test_help_needs_no_settings(broken_environment, args, usage):
+    """Help is read before the settings: it shows when the environment is what the user came to fix."""
+    r = runner.invoke(app, args, prog_name="advisor")
+    assert r.exit_code in (0, 2) and usage in r.output  # a group without its command: help, exit 2
+    assert "environment variable ADVISOR_TIMEOUT" not in r.output
+
+
+@pytest.mark.parametrize("args", [
+    ["report", "diagnosis", "1"],
+    ["diagnose", "--slo", "--help"],  # an --slo path named --help, as click reads it: not a help request
+])
+def test_commands_still_read_the_settings_first(broken_environment, args):
+    from advisor.settings import SettingsError
+
+    r = runner.invoke(app, args, prog_name="advisor")  # main() turns the error into one line and exit 2
+    assert isinstance(r.exception, SettingsError) and "ADVISOR_TIMEOUT" in str(r.exception)
+    assert "Usage:" not in r.output
+
+
 @pytest.mark.parametrize("args, message", [
     (["probe"], "give exactly one of --prom-url"),
     (["probe", "--url", "http://a", "--prom-url", "http://b"], "give exactly one of --prom-url"),
