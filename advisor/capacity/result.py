@@ -59,7 +59,8 @@ class CapacityResult(BaseModel):
     started_at: datetime
     objectives: list[ObjectiveRow]
     status: str = Field(description="bounded, noise-limited (bounded, wider than asked), at least (the rate "
-                        "ceiling held), zero (the SLO broke at the floor), partial (a guardrail ended it)")
+                        "ceiling held), zero (the SLO broke at the floor), partial (a guardrail ended it), "
+                        "decided (an experiment's verdict was decided before the width was reached)")
     level: float = Field(description="the interval's confidence: each end at 1 - alpha")
     width_goal: float
     low: float | None = Field(description="the highest rate that clearly held")

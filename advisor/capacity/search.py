@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Outcome = Literal["pass", "fail", "unclear"]
-Status = Literal["bounded", "at least", "zero", "partial", "noise-limited"]
+Status = Literal["bounded", "at least", "zero", "partial", "noise-limited", "decided"]
 
 ALPHA = 0.05  # per end of the interval: a 90 % interval
 MAX_RATE, MIN_RATE = 200.0, 0.05  # requests per second: the search's default ceiling and floor
@@ -321,10 +321,12 @@ def _ends(trials: list[Trial]) -> tuple[float | None, float | None]:
     return (max(passes) if passes else None), high
 
 
-def partial(trials: list[Trial], objectives: Sequence[Objective], why: str) -> Answer:
-    """The answer of a search ended from outside (an experiment aborted): its interval so far."""
+def partial(trials: list[Trial], objectives: Sequence[Objective], why: str,
+            status: Status = "partial") -> Answer:
+    """The answer of a search ended from outside, its interval so far: "partial" when an experiment
+    was aborted, "decided" when its verdict no longer depended on a narrower interval."""
     low, high = _ends(trials)
-    return _answer("partial", low, high, objectives, trials, sum(t.requests for t in trials),
+    return _answer(status, low, high, objectives, trials, sum(t.requests for t in trials),
                    sum(t.seconds for t in trials), why)
 
 

@@ -104,6 +104,7 @@ class CapacityArmRow:
     seconds: str
     goodput: str  # at the highest rate that held
     chart: Markup | None = None  # the arm's attainment curve
+    tried: str = ""  # every trial in run order: "2.68/s pass; 5.35/s unclear (x3) ..."
 
 
 def _capacity_rows(r: ExperimentResult, charts_on: bool) -> list[CapacityArmRow]:
@@ -111,7 +112,9 @@ def _capacity_rows(r: ExperimentResult, charts_on: bool) -> list[CapacityArmRow]
     for arm, c in r.capacity.items():
         rows.append(CapacityArmRow(arm, c.summary, c.status, len(c.trials), c.requests, f"{c.seconds:.0f} s",
                                    "-" if c.goodput_at_low is None else f"{c.goodput_at_low:.3g}/s",
-                                   charts.attainment_of(c) if charts_on else None))
+                                   charts.attainment_of(c) if charts_on else None,
+                                   "; ".join(f"{t.rate:.3g}/s {t.outcome}" + (f" (x{t.extended + 1})" if t.extended else "")
+                                             for t in c.trials)))
     return rows
 
 

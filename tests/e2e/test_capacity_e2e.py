@@ -1,19 +1,21 @@
 """`advisor capacity` against a live engine: llama-server with the tiny GGUF (four slots, one thread),
 a decode-heavy workload and a TTFT SLO. The search runs to an answer with its interval, the report
 holds the attainment chart and the plan for a peak, and a spent request budget is a partial answer
-that keeps what it knew. (Four slots against one, measured by hand on this host: capacity 10.2/s,
+that keeps what it knew. Then capacity as an experiment readout on the real CPU vLLM: more slots
+raise it, with the ratio's interval above 1. (Four slots against one, measured by hand on this host: capacity 10.2/s,
 90 % interval [8.6, 12.1], against 6.1/s [4.3, 7.2]: README, "Capacity at the SLO".)"""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
 import yaml
 
 from advisor.localstack import LlamaServer, paths
-from tests.support.servers import ROOT
+from tests.support.servers import ROOT, listener
 
 WORKLOAD = {"name": "decode-heavy", "buckets": [{"name": "chat", "prompt_tokens": [20, 60], "output_tokens": [200, 256]}],
             "arrival": {"kind": "poisson", "rate": 1}, "duration_s": 60, "seed": 3}
@@ -57,3 +59,61 @@ def test_capacity_of_a_live_engine_with_its_interval_chart_and_plan(tmp_path):
         assert q.returncode == 1, q.stderr[-2000:]
         page = html.read_text()
         assert "<svg" in page and "partial answer" in page and "request budget" in page, page[:2000]
+
+
+def test_more_slots_raise_the_capacity_at_the_slo_of_the_cpu_vllm(local_engine, tmp_path, isolated_store):
+    """`advisor experiment --readout capacity` on the real CPU vLLM: --max-num-seqs 2 (the shared
+    engine's) against 8, a decode-heavy workload (48-64 tokens out) and a TTFT SLO. Both arms are
+    searched, their trials in turn, from the same rate; the two answers are ordered, and the ratio of
+    the capacities is judged "improved" with its whole interval above 1. Both searches start at half
+    the baseline's burst throughput and double, so their first brackets meet at a rate both tried
+    (the baseline broke there, the candidate held): only a narrower interval on either side tells
+    them apart, and both searches end as soon as it does (judge.capacity_settled)."""
+    from advisor.localstack.deployment import write_deployment
+
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump({
+        "name": "decode-heavy", "buckets": [{"name": "chat", "prompt_tokens": [20, 60], "output_tokens": [48, 64]}],
+        "arrival": {"kind": "poisson", "rate": 1}, "requests": 100, "seed": 3}))
+    (tmp_path / "slo.yaml").write_text("ttft_p95: 1.0\n")
+    dep = write_deployment(local_engine, tmp_path / "dep.yaml")
+    p = interrupted_after(900, [sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(dep),
+                                "--mechanism", "max_num_seqs", "--value", "8", "--readout", "capacity", "--slo",
+                                str(tmp_path / "slo.yaml"), "--workload", str(tmp_path / "w.yaml"),
+                                "--block-requests", "86", "--output", "json"])
+    assert p.returncode in (0, 1), p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    base, cand = r["capacity"]["baseline"], r["capacity"]["candidate"]
+    print(f"\nvLLM max_num_seqs 2 -> 8: capacity {base['estimate']}/s [{base['low']}, {base['high']}] -> "
+          f"{cand['estimate']}/s [{cand['low']}, {cand['high']}]; ratio {r['ratio']} CI {r['ci']}: {r['verdict']} "
+          f"({r['stop_reason']}); {len(base['trials'])}+{len(cand['trials'])} trials, "
+          f"{base['requests'] + cand['requests']} requests")
+    for arm, c in (("baseline", base), ("candidate", cand)):
+        print(f"  {arm}: " + "; ".join(f"{t['rate']:.3g}/s {t['outcome']} x{t['extended'] + 1} "
+                                       f"{t['shares'].get('ttft_p95')}" for t in c["trials"]))
+    assert r["status"] == "finished", (r["aborted"], r["stop_reason"])
+    assert r["primary_metric"] == "capacity per_s" and base["binding"] == cand["binding"] == "ttft_p95"
+    assert base["high"] is not None and cand["low"] is not None and cand["low"] > base["high"], (base, cand)
+    assert r["verdict"] == "improved" and r["ci"][0] > 1, (r["ratio"], r["ci"], r["reason"])
+    assert "both searches end" in p.stderr or "search ended" in p.stderr, "progress on stderr"
+    assert r["baseline_restored"] and flag_of(local_engine.port, "--max-num-seqs") == "2"
+    assert listener(yaml.safe_load(dep.read_text())["local"]["candidate_port"]) is None, "the candidate was stopped"
+
+
+def interrupted_after(seconds: float, argv: list[str]) -> subprocess.CompletedProcess:
+    """The command's run; past `seconds` it is interrupted as a user would (Ctrl-C: the advisor
+    stops the candidate it started and restores the baseline) and the test fails with its output."""
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+        raise AssertionError(f"still running after {seconds:.0f} s, interrupted: {err[-3000:]}") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def flag_of(port: int, name: str) -> str | None:
+    import psutil
+
+    argv = psutil.Process(listener(port)).cmdline()
+    return argv[argv.index(name) + 1] if name in argv else None

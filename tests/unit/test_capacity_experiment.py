@@ -17,42 +17,53 @@ from advisor.capacity.result import result_of
 from advisor.capacity.simulated import Queue
 from advisor.experiments.design.capacity import CapacityPlanError, capacity_plan
 from advisor.experiments.judgement.judge import judge_capacity
+from advisor.experiments.run.capacity import Pair
 
 TTFT = s.Objective("ttft_p95", 0.95, 1.0, "TTFT p95 <= 1 s")
 ALPHA = 0.0125  # each end of each arm's interval: the ratio's at 95 % (design/capacity.py)
 SEEDS = 40
 
 
-def both(base: Queue, cand: Queue, seed: int, **limits):
-    """The two searches stepped in turn, as the runner does, each on its own simulated arm."""
+def both(base: Queue, cand: Queue, seed: int, settle: bool = True, **limits):
+    """The two searches stepped in turn by the runner's Pair, each on its own simulated arm; without
+    settle, each search on its own to its width (what the Pair saves is measured against it)."""
     lim = s.Limits(**{"start_rate": 0.5, "max_rate": 100.0, "min_rate": 0.01, "alpha": ALPHA, **limits})
-    walks = {arm: s.steps([TTFT], lim) for arm in ("baseline", "candidate")}
     queues = {"baseline": base, "candidate": cand}
-    rngs = {arm: random.Random(f"{seed}:{arm}") for arm in walks}
-    pending = {arm: next(w) for arm, w in walks.items()}
-    answers = {}
-    while pending:
-        for arm in list(pending):
-            got = queues[arm].trial(pending[arm], 200, 100, TTFT, rngs[arm])
-            try:
-                pending[arm] = walks[arm].send(got)
-            except StopIteration as done:
-                answers[arm] = done.value
-                del pending[arm]
+    rngs = {arm: random.Random(f"{seed}:{arm}") for arm in queues}
+    if settle:
+        pair = Pair([TTFT], lim)
+        while pair.pending:
+            for arm in ("baseline", "candidate"):
+                if arm in pair.pending:
+                    pair.send(arm, queues[arm].trial(pair.pending[arm], 200, 100, TTFT, rngs[arm]))
+        answers = pair.answered("not finished")
+    else:
+        answers = {arm: s.search(lambda rate, arm=arm: queues[arm].trial(rate, 200, 100, TTFT, rngs[arm]), [TTFT], lim)
+                   for arm in queues}
     started = datetime.now(timezone.utc)
     return {arm: result_of(a, [TTFT], target=arm, model="m", workload="w", started_at=started, alpha=ALPHA,
                            width=0.1, trial_requests=200, warmup_requests=100) for arm, a in answers.items()}
 
 
-def test_the_ratio_interval_covers_the_true_ratio_and_the_verdict_follows_it():
+def test_the_ratio_interval_covers_the_true_ratio_and_the_verdict_follows_it(width=0.10):
     base, cand = Queue(slots=2, sigma=0.5), Queue(slots=8, sigma=0.5)
     truth = cand.true_capacity(TTFT) / base.true_capacity(TTFT)
-    judged = [judge_capacity(r["baseline"], r["candidate"]) for r in (both(base, cand, seed) for seed in range(SEEDS))]
+    runs = [both(base, cand, seed, width=width) for seed in range(SEEDS)]
+    judged = [judge_capacity(r["baseline"], r["candidate"]) for r in runs]
     covered = sum(j.ci[0] <= truth <= j.ci[1] for j in judged) / SEEDS
-    print(f"\ntrue ratio {truth:.3g}: covered {covered:.0%} (stated 95 %), "
-          f"median ratio {sorted(j.ratio for j in judged)[SEEDS // 2]:.3g}")
+    decided = sum(j.stop_reason.startswith("decided") for j in judged)
+    spent = sorted(r["baseline"].requests + r["candidate"].requests for r in runs)[SEEDS // 2]
+    full = sorted(sum(a.requests for a in both(base, cand, seed, settle=False, width=width).values())
+                  for seed in range(SEEDS))[SEEDS // 2]
+    print(f"\nwidth {width}: true ratio {truth:.3g}: covered {covered:.0%} (stated 95 %), "
+          f"median ratio {sorted(j.ratio for j in judged)[SEEDS // 2]:.3g}; {decided}/{SEEDS} decided early; "
+          f"median requests {spent} (to both widths: {full})")
     assert covered >= 0.9
     assert all(j.verdict == "improved" and j.ci[0] > 1 for j in judged), [(j.ratio, j.ci) for j in judged]
+    # Both searches end once the verdict is decided, each arm bracketed: a finite interval, in fewer
+    # requests than the searches take to reach their widths.
+    assert decided >= SEEDS * 0.9 and all(j.ci is not None for j in judged)
+    assert spent < full
     m = judged[0].metrics[0]
     assert (m.metric, m.statistic, m.lower_is_better, m.level) == ("capacity", "per_s", False, 0.95)
     assert judged[0].primary_metric == "capacity per_s"
@@ -211,8 +222,19 @@ def test_the_runner_alternates_the_arms_with_alike_draws_and_restores(tmp_path, 
     assert [k for k, _ in per_arm["candidate"]] == list(range(len(per_arm["candidate"])))
     assert per_arm["baseline"][0][1] == per_arm["candidate"][0][1] == 2.0, "both start at half the burst"
     assert launcher.calls[0] == ("preflight", None) and launcher.calls[-1] == ("restore", None)
-    assert any("search ended" in line for line in lines)
+    # Capacities this far apart (2 slots against 8) are told apart before either search reaches +-10 %:
+    # both end there, each with its interval so far, and the verdict says why it ended.
+    assert any(line.startswith("both searches end: decided: the candidate held at") for line in lines), lines
+    assert "decided" in {c.status for c in r.capacity.values()}
+    assert r.judgement.stop_reason.startswith("decided: ") and r.capacity["candidate"].low > r.capacity["baseline"].high
     assert "\n" not in r.capacity["baseline"].summary
+    # The markdown report: each arm's answer and trials, and no table of blocks (a capacity run has none).
+    from advisor.reports import markdown, views
+
+    md = markdown.experiment(views.experiment_view(r, charts_on=False))
+    assert "## Capacity at the SLO per arm" in md and "Blocks, in run order" not in md, md
+    first = r.capacity["baseline"].trials[0]
+    assert f"- baseline: {first.rate:.3g}/s {first.outcome}" in md and "| candidate | capacity " in md, md
 
 
 def test_a_candidate_that_falls_ill_aborts_keeps_both_answers_so_far_and_restores(tmp_path, monkeypatch):

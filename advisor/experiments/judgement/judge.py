@@ -42,7 +42,8 @@ memory fell and its TPOT did not improve, they explain the failure (model_swap.e
 
 Capacity (``judge_capacity``): a capacity experiment searches each arm for the highest rate at which
 the SLOs hold (advisor/capacity/search.py); its one readout, capacity per_s, is judged by the same
-rule from the two arms' intervals.
+rule from the two arms' intervals. Both searches stop early (``capacity_settled``) once each arm is
+bracketed and the ratio's interval lies past the margin: narrower arm intervals can only narrow it.
 
 Cost: both arms' cost per output token from the output tokens and the goodput per second estimated
 here once, at the last look's level (advisor/cost.py computes from those, and compares nothing).
@@ -54,7 +55,7 @@ import math
 import statistics
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -476,7 +477,12 @@ CAPACITY_METHOD = ("a rate search per arm (advisor/capacity/search.py), trials i
                    "arm's interval at 1 - alpha/4, their quotients the ratio's interval (Bonferroni)")
 
 
-def capacity_bounds(baseline: CapacityResult, candidate: CapacityResult) -> tuple[float, float]:
+class _Bracketed(Protocol):
+    low: float | None
+    high: float | None
+
+
+def capacity_bounds(baseline: _Bracketed, candidate: _Bracketed) -> tuple[float, float]:
     """The ratio's interval from the arms' intervals: the candidate's lowest over the baseline's
     highest, and the reverse. An end an arm's search did not bound is 0 or infinity."""
     def at_most(r: CapacityResult) -> float:
@@ -489,6 +495,23 @@ def capacity_bounds(baseline: CapacityResult, candidate: CapacityResult) -> tupl
     lo = at_least(candidate) / lo_den if lo_den > 0 else math.inf
     hi = at_most(candidate) / hi_den if hi_den > 0 else math.inf
     return lo, hi
+
+
+def capacity_settled(baseline: _Bracketed, candidate: _Bracketed, margin: float = MARGIN) -> str | None:
+    """Why both arms' searches may stop before their widths, or None while a narrower interval could
+    still change the verdict. Once both arms are bracketed (a clear pass below a clear fail) and the
+    ratio's interval lies beyond the margin, it stays there: an arm's interval only narrows, and the
+    estimate lies inside it. So "improved" or "regressed" is final, with a finite interval."""
+    if any(r.low is None or r.high is None for r in (baseline, candidate)):
+        return None
+    lo, hi = capacity_bounds(baseline, candidate)
+    if lo > 1 + margin:
+        return (f"decided: the candidate held at {candidate.low:.3g}/s, {lo:.3g}x the rate at which the "
+                f"baseline broke ({baseline.high:.3g}/s)")
+    if hi < 1 - margin:
+        return (f"decided: the baseline held at {baseline.low:.3g}/s, {1 / hi:.3g}x the rate at which the "
+                f"candidate broke ({candidate.high:.3g}/s)")
+    return None
 
 
 def judge_capacity(baseline: CapacityResult | None, candidate: CapacityResult | None, *, alpha: float = 0.05,
@@ -524,7 +547,8 @@ def judge_capacity(baseline: CapacityResult | None, candidate: CapacityResult | 
                           verdict=verdict, method=CAPACITY_METHOD,
                           n_blocks=(len(baseline.trials), len(candidate.trials)),
                           n_samples=(baseline.requests, candidate.requests), margin=margin, reason=reason)
-    stop = (f"aborted: {aborted}" if aborted else
+    settled = next((r.stopped for r in (baseline, candidate) if r.status == "decided" and r.stopped), None)
+    stop = (f"aborted: {aborted}" if aborted else settled or
             f"both searches ended: baseline {baseline.status}, candidate {candidate.status}")
     return Judgement(verdict=verdict, primary_metric=name, ratio=ratio, ci=ci, reason=reason, metrics=[metric],
                      stop_reason=stop)
