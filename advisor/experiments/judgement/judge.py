@@ -485,10 +485,10 @@ class _Bracketed(Protocol):
 def capacity_bounds(baseline: _Bracketed, candidate: _Bracketed) -> tuple[float, float]:
     """The ratio's interval from the arms' intervals: the candidate's lowest over the baseline's
     highest, and the reverse. An end an arm's search did not bound is 0 or infinity."""
-    def at_most(r: CapacityResult) -> float:
+    def at_most(r: _Bracketed) -> float:
         return r.high if r.high is not None else math.inf
 
-    def at_least(r: CapacityResult) -> float:
+    def at_least(r: _Bracketed) -> float:
         return r.low if r.low is not None else 0.0
 
     lo_den, hi_den = at_most(baseline), at_least(baseline)
