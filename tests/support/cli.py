@@ -41,21 +41,30 @@ class _Zygote:
                                               "stderr": str(err)}) + "\n")
             pid = json.loads(self.proc.stdout.readline())["pid"]
             killed = threading.Event()
-            timer = threading.Timer(timeout, _kill, (pid, killed))
-            timer.start()
+            timers = [threading.Timer(timeout, _kill, (pid, killed, signal.SIGINT)),
+                      threading.Timer(timeout + INTERRUPT_GRACE_S, _kill, (pid, killed, signal.SIGKILL))]
+            for t in timers:
+                t.start()
             try:
                 code = json.loads(self.proc.stdout.readline())["code"]
             finally:
-                timer.cancel()
+                for t in timers:
+                    t.cancel()
             stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
             if killed.is_set():
                 raise subprocess.TimeoutExpired(["advisor", *args], timeout, stdout, stderr)
             return code, stdout, stderr
 
 
-def _kill(pid: int, killed: threading.Event) -> None:
+# A command past its timeout is interrupted first, as a user would (Ctrl-C): an experiment then stops
+# the engines it started and restores the baseline. Killed outright, it had left a candidate vLLM
+# serving, which took a third of a core from every test after it.
+INTERRUPT_GRACE_S = 120
+
+
+def _kill(pid: int, killed: threading.Event, sig: signal.Signals) -> None:
     try:
-        os.kill(pid, signal.SIGKILL)  # the zygote reaps it and answers
+        os.kill(pid, sig)  # the zygote reaps it and answers
         killed.set()
     except ProcessLookupError:
         pass
