@@ -8,14 +8,14 @@ raise it, with the ratio's interval above 1. (Four slots against one, measured b
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 
 import yaml
 
 from advisor.localstack import LlamaServer, paths
-from tests.support.servers import ROOT, listener
+from tests.support.cli import run_cli
+from tests.support.servers import ROOT, argv_on, flag, listener
 
 WORKLOAD = {"name": "decode-heavy", "buckets": [{"name": "chat", "prompt_tokens": [20, 60], "output_tokens": [200, 256]}],
             "arrival": {"kind": "poisson", "rate": 1}, "duration_s": 60, "seed": 3}
@@ -76,11 +76,12 @@ def test_more_slots_raise_the_capacity_at_the_slo_of_the_cpu_vllm(local_engine, 
         "arrival": {"kind": "poisson", "rate": 1}, "requests": 100, "seed": 3}))
     (tmp_path / "slo.yaml").write_text("ttft_p95: 1.0\n")
     dep = write_deployment(local_engine, tmp_path / "dep.yaml")
-    p = interrupted_after(900, [sys.executable, "-m", "advisor.cli", "experiment", "--deployment", str(dep),
-                                "--mechanism", "max_num_seqs", "--value", "8", "--readout", "capacity", "--slo",
-                                str(tmp_path / "slo.yaml"), "--workload", str(tmp_path / "w.yaml"),
-                                "--block-requests", "86", "--output", "json"])
-    assert p.returncode in (0, 1), p.stderr[-3000:]
+    # Past its timeout the command is interrupted, as a user would (run_cli: SIGINT first), so that
+    # the advisor stops the candidate it started.
+    p = run_cli("experiment", "--deployment", str(dep), "--mechanism", "max_num_seqs", "--value", "8", "--readout",
+                "capacity", "--slo", str(tmp_path / "slo.yaml"), "--workload", str(tmp_path / "w.yaml"),
+                "--block-requests", "86", "--output", "json", timeout=900)
+    assert p.code in (0, 1), p.stderr[-3000:]
     r = json.loads(p.stdout)
     base, cand = r["capacity"]["baseline"], r["capacity"]["candidate"]
     print(f"\nvLLM max_num_seqs 2 -> 8: capacity {base['estimate']}/s [{base['low']}, {base['high']}] -> "
@@ -95,25 +96,6 @@ def test_more_slots_raise_the_capacity_at_the_slo_of_the_cpu_vllm(local_engine, 
     assert base["high"] is not None and cand["low"] is not None and cand["low"] > base["high"], (base, cand)
     assert r["verdict"] == "improved" and r["ci"][0] > 1, (r["ratio"], r["ci"], r["reason"])
     assert "both searches end" in p.stderr or "search ended" in p.stderr, "progress on stderr"
-    assert r["baseline_restored"] and flag_of(local_engine.port, "--max-num-seqs") == "2"
+    assert r["baseline_restored"] and flag(argv_on(local_engine.port), "--max-num-seqs") == "2"
     assert listener(yaml.safe_load(dep.read_text())["local"]["candidate_port"]) is None, "the candidate was stopped"
 
-
-def interrupted_after(seconds: float, argv: list[str]) -> subprocess.CompletedProcess:
-    """The command's run; past `seconds` it is interrupted as a user would (Ctrl-C: the advisor
-    stops the candidate it started and restores the baseline) and the test fails with its output."""
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=180)
-        raise AssertionError(f"still running after {seconds:.0f} s, interrupted: {err[-3000:]}") from None
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
-def flag_of(port: int, name: str) -> str | None:
-    import psutil
-
-    argv = psutil.Process(listener(port)).cmdline()
-    return argv[argv.index(name) + 1] if name in argv else None

@@ -9,7 +9,6 @@ import os
 from datetime import datetime
 from statistics import median
 
-import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -41,7 +40,7 @@ def test_diagnose_experiment_proves_the_queue_check_on_a_live_queue(local_engine
 
     from advisor.engine_process import healthy
     from tests.support.cli import run_cli
-    from tests.support.servers import listener
+    from tests.support.servers import argv_on, flag, listener
 
     prom = local_prometheus([local_engine.target])
     prom.wait_scraped()  # the counters need a sample from before the load
@@ -107,7 +106,7 @@ def test_diagnose_experiment_proves_the_queue_check_on_a_live_queue(local_engine
     else:
         assert "planned maximum" in (v.get("stop_reason") or ""), v.get("stop_reason")
     assert v["baseline_restored"] and healthy(local_engine.url)
-    assert flag(psutil.Process(listener(local_engine.port)).cmdline(), "--max-num-seqs") == "2"
+    assert flag(argv_on(local_engine.port), "--max-num-seqs") == "2"
     assert listener(candidate_port) is None, "the candidate was stopped"
     # The experiment as the store keeps it, whole: each arm's cost per output token from the median of
     # its blocks' tokens/s, worked by hand from the stored samples; each arm's own engine says why (the
@@ -157,10 +156,6 @@ def test_diagnose_experiment_proves_the_queue_check_on_a_live_queue(local_engine
     m = direct["model_structure"]
     assert (m["attention"], m["attention_heads"], m["kv_heads"]) == ("GQA", 8, 2), (m, direct["model_note"])
     assert direct["kv_bytes_per_token"] == 2 * 4 * 2 * 32 * 2 and direct["kv_capacity_tokens"] > 0
-
-
-def flag(argv: list[str], name: str) -> str | None:
-    return argv[argv.index(name) + 1] if name in argv else None
 
 
 def _block_tokens_per_s(store, r: dict, arm: str) -> list[float]:

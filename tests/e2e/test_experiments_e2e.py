@@ -20,7 +20,7 @@ from advisor.engine_process import healthy
 from advisor.children import stop_pid
 from advisor.localstack import LlamaServer, LocalEngine, paths
 from advisor.localstack.deployment import write_deployment
-from tests.support.servers import ROOT, listener
+from tests.support.servers import ROOT, argv_on, flag, listener
 
 runner = CliRunner()
 
@@ -29,14 +29,6 @@ def experiment(dep, *args) -> tuple[int, dict]:
     r = runner.invoke(app, ["experiment", "--deployment", str(dep), "--output", "json", *args])
     assert r.exit_code in (0, 1), r.output
     return r.exit_code, json.loads(r.stdout)
-
-
-def argv_on(port: int) -> list[str]:
-    return psutil.Process(listener(port)).cmdline()
-
-
-def flag(argv: list[str], name: str) -> str | None:
-    return argv[argv.index(name) + 1] if name in argv else None
 
 
 def slots(argv: list[str]) -> str | None:

@@ -28,6 +28,18 @@ def listener(port: int) -> int | None:
     return None if rec is None or rec is UNSEEN else rec.pid
 
 
+def argv_on(port: int) -> list[str]:
+    """The command line of the process serving a local TCP port."""
+    import psutil
+
+    return psutil.Process(listener(port)).cmdline()
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    """The value after `name` in an argv, or None when it is absent."""
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
 def fake_argv(port: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "tests.support.fake_openai", "--port", str(port), *extra]
 

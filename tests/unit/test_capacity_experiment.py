@@ -45,7 +45,8 @@ def both(base: Queue, cand: Queue, seed: int, settle: bool = True, **limits):
                            width=0.1, trial_requests=200, warmup_requests=100) for arm, a in answers.items()}
 
 
-def test_the_ratio_interval_covers_the_true_ratio_and_the_verdict_follows_it(width=0.10):
+def test_the_ratio_interval_covers_the_true_ratio_and_the_verdict_follows_it():
+    width = 0.10
     base, cand = Queue(slots=2, sigma=0.5), Queue(slots=8, sigma=0.5)
     truth = cand.true_capacity(TTFT) / base.true_capacity(TTFT)
     runs = [both(base, cand, seed, width=width) for seed in range(SEEDS)]
