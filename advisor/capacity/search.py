@@ -244,7 +244,13 @@ def steps(objectives: Sequence[Objective], limits: Limits,
                   goodput_rps=got.goodput_rps, output_tokens_per_s=got.output_tokens_per_s)
         t.outcome, t.decided_by = judge(t.tallies, objectives, lim.alpha) if t.valid else ("unclear", None)
         while t.valid and t.outcome == "unclear" and t.extended < lim.max_extensions and not over_budget():
-            more = yield rate
+            try:
+                more = yield rate
+            except GeneratorExit:  # ended from outside between runs at this rate: they still count
+                trials.append(t)
+                if on_trial:
+                    on_trial(t)
+                raise
             spent_req += more.requests
             spent_s += more.seconds
             t.tallies = {k: v.merged(more.tallies.get(k, Tally())) for k, v in t.tallies.items()}

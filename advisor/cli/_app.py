@@ -9,8 +9,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from typer import _click
 from typer.core import TyperGroup
+
+try:  # typer vendors click from 0.2x on (as in cli/__init__.py)
+    from typer import _click
+except ImportError:  # pragma: no cover
+    import click as _click
 
 from advisor import escape
 

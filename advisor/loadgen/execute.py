@@ -161,7 +161,9 @@ def prepare(target: str, *, workload_file: Path | None = None, from_prom: str | 
 
         check_fits(requests, context, f"max_model_len of {target.rstrip('/')}/v1/models")
 
-    sizer = PromptSizer.for_target(target, served, tokenizer=w.tokenizer, timeout=timeout, http=http)
+    # Sampled (PromptSizer): counting every prompt would send the target one POST /tokenize per
+    # request before the load, a production engine's included.
+    sizer = PromptSizer.for_target(target, served, tokenizer=w.tokenizer, timeout=timeout, http=http, verify="sample")
     exact = replay is not None and requests is not None and prefix_lengths
     prompts = sizer.prompts_for(requests, w, prefix_tokens=prefix_lengths if exact else None)
     return Job(workload=w, requests=requests, prompts=prompts,

@@ -113,8 +113,8 @@ def _capacity_rows(r: ExperimentResult, charts_on: bool) -> list[CapacityArmRow]
         rows.append(CapacityArmRow(arm, c.summary, c.status, len(c.trials), c.requests, f"{c.seconds:.0f} s",
                                    "-" if c.goodput_at_low is None else f"{c.goodput_at_low:.3g}/s",
                                    charts.attainment_of(c) if charts_on else None,
-                                   "; ".join(f"{t.rate:.3g}/s {t.outcome}" + (f" (x{t.extended + 1})" if t.extended else "")
-                                             for t in c.trials)))
+                                   "; ".join(f"{t.rate:.3g}/s {t.outcome if t.valid else 'invalid'}"
+                                             + (f" (x{t.extended + 1})" if t.extended else "") for t in c.trials)))
     return rows
 
 

@@ -310,6 +310,16 @@ class PromptSizer:
                 "max_abs_error": s.max_abs_error, "misses": len(s.misses), "unverified": s.unverified,
                 "counts": self.calls}
 
+    def summary(self) -> str:
+        """One line for progress: how many prompts, counted by what, and how close they came."""
+        s = self.stats
+        trusted = (f"; {s.unverified:,} predicted like the counted ones around them, not counted"
+                   if s.unverified else "")
+        off = (f"{len(s.misses)} more than {TOLERANCE_TOKENS} tokens off (worst {s.max_abs_error})" if s.misses
+               else "every counted one exact" if s.max_abs_error == 0
+               else f"every counted one within {s.max_abs_error} tokens")
+        return f"{s.prompts:,} prompts sized by {self.source}: {self.calls:,} counts, {off}{trusted}"
+
     def _count(self, text: str, api: Api, remember: bool = False) -> int:
         # Only calibration texts are remembered: prompts are many and long, and never counted twice.
         key = (text, api)

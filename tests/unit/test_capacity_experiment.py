@@ -245,3 +245,67 @@ def test_a_candidate_that_falls_ill_aborts_keeps_both_answers_so_far_and_restore
     assert r.aborted == "guardrail: the candidate engine (pid 1) exited" and r.reason.startswith("aborted: ")
     assert {c.status for c in r.capacity.values()} == {"partial"}
     assert launcher.calls[-1] == ("restore", None) and r.baseline_restored
+
+
+def scripted(within: int) -> s.TrialResult:
+    return s.TrialResult(tallies={TTFT.name: s.Tally(within, 200)}, requests=300, seconds=10.0)
+
+
+def test_a_trial_the_decision_cuts_short_keeps_the_runs_it_made():
+    """The verdict is decided by one arm's trial while the other arm is between two runs at one rate
+    (an unclear trial being extended): that trial is kept, unclear, with the requests it sent."""
+    passed, failed, unclear = scripted(200), scripted(0), scripted(190)  # 190/200: 95 % either side
+    script = {"baseline": {1.0: passed, 2.0: failed}, "candidate": {1.0: passed, 2.0: passed, 4.0: passed, 8.0: failed}}
+    said, lines = [], []
+    pair = Pair([TTFT], s.Limits(start_rate=1.0, max_rate=100.0, min_rate=0.01, alpha=ALPHA),
+                on_trial=lambda arm, t: said.append((arm, t.rate, t.outcome, t.extended)))
+    while pair.pending:
+        for arm in ("baseline", "candidate"):
+            if arm in pair.pending:
+                rate = pair.pending[arm]
+                lines += pair.send(arm, script[arm].get(rate, unclear))
+    answers = pair.answered("not finished")
+    base = answers["baseline"]
+    assert base.status == answers["candidate"].status == "decided", lines
+    assert ("baseline", math.sqrt(2.0), "unclear", 1) in said, said  # two runs at 1.41/s, cut before a third
+    assert base.requests == 4 * 300 and len(base.trials) == 3, (base.requests, base.trials)
+    assert (base.low, base.high) == (1.0, 2.0)
+
+
+def test_a_budget_smaller_than_one_trial_answers_partial_without_a_trial():
+    pair = Pair([TTFT], s.Limits(start_rate=1.0, max_rate=100.0, min_rate=0.01, alpha=ALPHA, max_requests=0))
+    assert not pair.pending
+    answers = pair.answered("not finished")
+    assert {a.status for a in answers.values()} == {"partial"} and all(not a.trials for a in answers.values())
+    assert "request budget" in answers["baseline"].stopped
+
+
+def test_a_request_budget_smaller_than_one_trial_per_arm_is_refused_before_anything_starts(tmp_path):
+    from advisor.experiments.design.deployment import Deployment
+    from advisor.experiments.design.plan import Guardrails
+    from advisor.experiments.run.setup import DesignError, design
+
+    dep = Deployment.model_validate({"name": "sim", "engine": "vllm", "model": "m", "launcher": "endpoints",
+                                     "endpoints": {"baseline": "http://b.invalid", "candidate": "http://c.invalid"}})
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("ttft_p95: 1.0\n")
+    plan = capacity_plan(slo, trial_requests=86)
+    n = plan.trial_requests + plan.warmup_requests
+    with pytest.raises(DesignError) as e:
+        design(dep, "max_num_seqs", "8", None, readout_signal="capacity", capacity=plan, state=_state(),
+               guardrails=Guardrails(max_duration_s=600, max_requests=2 * n - 1))
+    assert f"leaves each arm's search {n - 1} requests, less than one trial" in str(e.value)
+    assert f"allow at least {2 * n}" in str(e.value) and "\n" not in str(e.value)
+    d = design(dep, "max_num_seqs", "8", None, readout_signal="capacity", capacity=plan, state=_state(),
+               guardrails=Guardrails(max_duration_s=600, max_requests=2 * n))
+    assert d.guardrails.max_requests == 2 * n
+
+
+def test_the_report_names_a_trial_whose_generator_fell_behind_invalid(tmp_path, monkeypatch):
+    from advisor.reports import views
+
+    r, _, _ = run_capacity_experiment(tmp_path, monkeypatch, RecordingLauncher())
+    first = r.capacity["baseline"].trials[0]
+    r.capacity["baseline"].trials[0] = first.model_copy(update={"valid": False, "outcome": "unclear"})
+    [row] = [x for x in views.experiment_view(r, charts_on=False).capacity if x.arm == "baseline"]
+    assert row.tried.startswith(f"{first.rate:.3g}/s invalid"), row.tried

@@ -146,6 +146,18 @@ def test_sampled_verification_counts_less_and_stays_exact():
     assert s.calls < 150 and s.stats.unverified > 400
 
 
+def test_the_summary_line_says_what_was_counted_and_what_was_trusted():
+    transport, _ = words_tokenizer()
+    s = PromptSizer.for_target(URL, "m", transport=transport, verify="sample")
+    s.prompts_for(plan(workload(requests=600)), workload(requests=600))
+    line = s.summary()
+    assert line.startswith(f"600 prompts sized by {URL}/tokenize (model m): {s.calls:,} counts, every counted one exact; ")
+    assert f"{s.stats.unverified:,} predicted like the counted ones around them" in line
+    every, _ = sizer()
+    every.prompts_for(plan(workload(requests=50)), workload(requests=50))
+    assert every.summary().endswith(f"{every.calls:,} counts, every counted one exact"), "nothing trusted"
+
+
 def test_sampled_verification_recounts_when_a_prediction_fails():
     s, _ = sizer(drift_every=200)  # additive below 200 words, off by one above
     s.verify = "sample"

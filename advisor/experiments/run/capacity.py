@@ -155,7 +155,12 @@ class Pair:
 
         self._walks: dict[str, Generator[float, s.TrialResult, s.Answer]] = {
             arm: s.steps(self.objs, limits, on_trial=kept(arm)) for arm in ARMS}
-        self.pending: dict[str, float] = {arm: next(self._walks[arm]) for arm in ARMS}
+        self.pending: dict[str, float] = {}
+        for arm in ARMS:
+            try:
+                self.pending[arm] = next(self._walks[arm])
+            except StopIteration as done:  # a budget too small for one trial
+                self.answers[arm] = done.value
 
     def now(self, arm: str) -> s.Answer:
         return self.answers.get(arm) or s.partial(self.trials[arm], self.objs, "")
@@ -172,16 +177,24 @@ class Pair:
         settled = judgement.capacity_settled(self.now("baseline"), self.now("candidate"))
         if settled and self.pending:
             for left in list(self.pending):
-                self._walks[left].close()
+                self._close(left)
                 self.answers[left] = s.partial(self.trials[left], self.objs, settled, status="decided")
-                del self.pending[left]
             said.append(f"both searches end: {settled}")
         return said
 
+    def _close(self, arm: str) -> None:
+        # A walk closed between runs at one rate keeps that trial (its runs so far, unclear) in
+        # self.trials: their requests were sent and journalled.
+        self._walks[arm].close()
+        del self.pending[arm]
+
     def answered(self, why: str) -> dict[str, s.Answer]:
         """Each arm that ran a trial: its answer, or (its search ended from outside) its interval so far."""
-        return {arm: self.answers.get(arm) or s.partial(self.trials[arm], self.objs, why)
-                for arm in ARMS if self.trials[arm] or arm in self.answers}
+        for arm in list(self.pending):
+            self._close(arm)
+            if self.trials[arm]:
+                self.answers[arm] = s.partial(self.trials[arm], self.objs, why)
+        return {arm: self.answers[arm] for arm in ARMS if arm in self.answers}
 
 
 def _target(design: Design, url: str, spread) -> Target:

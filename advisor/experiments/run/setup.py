@@ -180,9 +180,15 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
                           "priority, so a priority scheduler has nothing to reorder (an A/A run labelled as a test); "
                           "give a workload whose buckets set different priorities, or none for the knob's own "
                           "two-class workload")
+    guardrails = guardrails or effective_guardrails(dep)
     if capacity is not None:  # one trial's requests, warmup first: no blocks to plan
         n = capacity.trial_requests + capacity.warmup_requests
         max_blocks, stopping, plan_lines = 1, Stopping(), []
+        if guardrails.max_requests // 2 < n:  # each arm's search gets half the budget
+            raise DesignError(f"a request budget of {guardrails.max_requests} leaves each arm's search "
+                              f"{guardrails.max_requests // 2} requests, less than one trial ({capacity.trial_requests} "
+                              f"tallied and {capacity.warmup_requests} warmup); allow at least {2 * n} "
+                              "(--max-requests)")
     else:
         n = block_requests or w.requests or planned_count(w)
         noise = (calibration.noise(*primary) if calibration is not None else None) or planning.conservative(primary[1])
@@ -204,7 +210,7 @@ def design(dep: Deployment, mechanism: str | None, value_text: str | None, workl
                   candidate_args=cand_args, candidate_env=cand_env, workload=w, requests=requests,
                   blocks_per_arm=max_blocks, order=block_order(max_blocks), warmup_requests=warmup,
                   primary=primary, secondary=secondary,
-                  guardrails=guardrails or effective_guardrails(dep),
+                  guardrails=guardrails,
                   numerics=bool(getattr(knob, "changes_numerics", False)),
                   fails_means=getattr(knob, "fails_means", "") or "",
                   watch=tuple(getattr(knob, "watch", ()) or ()),
