@@ -28,3 +28,6 @@ def run_load(coro: Coroutine[Any, Any, T]) -> T:
         return _run(coro)
     finally:
         gc.unfreeze()
+        # A Ctrl-C before the loop first ran it would leave it never awaited, and Python warns of
+        # that on the user's terminal; closing a coroutine that ran is a no-op.
+        coro.close()

@@ -131,3 +131,28 @@ def test_one_replica_records_none():
     with fake_server() as url:
         r = go(url, workload(requests=3))
     assert [x.replica for x in r.records] == [None, None, None]
+
+
+def test_an_interrupt_before_the_loop_runs_leaves_no_never_awaited_warning(monkeypatch):
+    """Ctrl-C while the event loop starts: the user's terminal gets no RuntimeWarning about the load's
+    coroutine (seen when an experiment was interrupted during its warmup)."""
+    import gc
+    import warnings
+
+    from advisor.loadgen import loop
+
+    async def load():
+        return 1
+
+    def interrupted(coro):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop, "_run", interrupted)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_load(load())
+        gc.collect()
+    assert not [w for w in seen if "never awaited" in str(w.message)], [str(w.message) for w in seen]
+    monkeypatch.undo()
+    assert loop.run_load(load()) == 1
