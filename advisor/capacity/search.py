@@ -214,6 +214,8 @@ def search(run: Callable[[float], TrialResult], objectives: Sequence[Objective],
             rate = walk.send(run(rate))
     except StopIteration as done:
         return done.value
+    finally:  # on an error or an interrupt, a trial being extended is said now, not when collected
+        walk.close()
 
 
 def steps(objectives: Sequence[Objective], limits: Limits,

@@ -187,3 +187,22 @@ def test_the_terminal_and_markdown_reports_show_the_answer_every_trial_and_the_p
     assert "\\*bold\\* \\| pipe" in md and "\x1b" not in md
     assert "## Planning for a peak of 36 requests/s" in md
     assert md.count("\n| ") == len(r.trials) + 1, "a header and a row per trial"
+
+
+def test_an_interrupt_between_runs_at_one_rate_says_that_trial_before_it_propagates():
+    """Ctrl-C while an unclear trial is being extended: its runs so far are said (on_trial) before the
+    interrupt leaves the search, not whenever the search's generator is collected."""
+    unclear = s.TrialResult(tallies={TTFT.name: s.Tally(190, 200)}, requests=300, seconds=10.0)
+    runs, said = [], []
+
+    def run(rate: float) -> s.TrialResult:
+        runs.append(rate)
+        if len(runs) == 2:
+            raise KeyboardInterrupt
+        return unclear
+
+    try:
+        s.search(run, [TTFT], s.Limits(start_rate=1.0, max_rate=10.0, min_rate=0.1), on_trial=said.append)
+    except KeyboardInterrupt:
+        when_caught = list(said)  # the traceback, and so the search's frame, still alive here
+    assert [(t.rate, t.outcome, t.requests, t.extended) for t in when_caught] == [(1.0, "unclear", 300, 0)]
