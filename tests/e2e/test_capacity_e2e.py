@@ -2,8 +2,15 @@
 a decode-heavy workload and a TTFT SLO. The search runs to an answer with its interval, the report
 holds the attainment chart and the plan for a peak, and a spent request budget is a partial answer
 that keeps what it knew. Then capacity as an experiment readout on the real CPU vLLM: more slots
-raise it, with the ratio's interval above 1. (Four slots against one, measured by hand on this host: capacity 10.2/s,
-90 % interval [8.6, 12.1], against 6.1/s [4.3, 7.2]: README, "Capacity at the SLO".)"""
+raise it, with the ratio's interval above 1.
+
+llama-server's workload is short (8-16 tokens in, 64-96 out): a trial's time is its requests over its
+rate, so a workload served fast gives the same search in a fraction of the time (on the 2-core host
+28-44 s at a capacity of 19-35/s, against 153 s at 3.6/s with 200-256 tokens out). vLLM's stays at
+the rates it has (48-64 tokens out, about 5/s for the baseline): with 16-24 tokens out both arms
+reach 20/s and more, where the API server and the load generator share the two cores with the
+engine, the latencies wander together, and the candidate's trials stayed unclear at 100 % within
+(the search reads the evidence of a trial over its latencies' autocorrelation): inconclusive."""
 
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ from advisor.localstack import LlamaServer, paths
 from tests.support.cli import run_cli
 from tests.support.servers import ROOT, argv_on, flag, listener
 
-WORKLOAD = {"name": "decode-heavy", "buckets": [{"name": "chat", "prompt_tokens": [20, 60], "output_tokens": [200, 256]}],
+WORKLOAD = {"name": "decode-heavy", "buckets": [{"name": "chat", "prompt_tokens": [8, 16], "output_tokens": [64, 96]}],
             "arrival": {"kind": "poisson", "rate": 1}, "duration_s": 60, "seed": 3}
 
 
@@ -51,14 +58,15 @@ def test_capacity_of_a_live_engine_with_its_interval_chart_and_plan(tmp_path):
         assert "capacity:" in p.stderr and "req/s" in p.stderr, "progress on stderr"
         print(f"\nllama-server 4 slots: {r['estimate']:.3g}/s [{r['low']:.3g}, {r['high']:.3g}] "
               f"({r['status']}), {r['requests']} requests, {r['seconds']:.0f} s")
-        # The budget spent before an answer: a partial one, with what it knew (here: 40/s broke), exit 1,
-        # and the HTML report with its chart.
+        # The budget spent before an answer: a partial one, with what it knew (here: 80/s broke, about
+        # twice the capacity; near the capacity an unclear trial would leave no end known), exit 1, and
+        # the HTML report with its chart.
         html = tmp_path / "cap.html"
-        q = capacity(engine.url, tmp_path, "--max-requests", "90", "--start-rate", "40", "--output", "html",
+        q = capacity(engine.url, tmp_path, "--max-requests", "90", "--start-rate", "80", "--output", "html",
                      "--out", str(html))
         assert q.returncode == 1, q.stderr[-2000:]
         page = html.read_text()
-        assert "<svg" in page and "partial answer" in page and "request budget" in page, page[:2000]
+        assert "<svg" in page and "partial answer" in page and "request budget" in page, q.stderr[-3000:]
 
 
 def test_more_slots_raise_the_capacity_at_the_slo_of_the_cpu_vllm(local_engine, tmp_path, isolated_store):
