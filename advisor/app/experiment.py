@@ -60,6 +60,7 @@ class ExperimentRequest(BaseModel):
     readout: str | None = None
     slo: Path | None = None  # the capacity readout's SLOs
     width: float = Field(default=0.10, gt=0, lt=0.5)  # the capacity readout's search width, each arm
+    start_rate: float | None = Field(default=None, gt=0)  # the capacity readout's first rate, both arms
     save: bool = True
     max_duration: str | None = None
     max_requests: int | None = Field(default=None, ge=1)
@@ -150,12 +151,16 @@ def design(req: ExperimentRequest, prepared: Prepared | None = None) -> Design:
             raise DesignError("--blocks and --fixed plan blocks; --readout capacity runs a rate search on each arm "
                               "instead (--block-requests sets its trials' size, --width its interval)")
         try:
-            capacity = capacity_plan(req.slo, width=req.width, trial_requests=req.block_requests)
+            capacity = capacity_plan(req.slo, width=req.width, trial_requests=req.block_requests,
+                                     start_rate=req.start_rate)
         except CapacityPlanError as e:
             raise DesignError(str(e)) from None
     elif req.slo is not None:
         raise DesignError("--slo is the SLO file of --readout capacity (other readouts are judged as ratios, not "
                           "against an SLO)")
+    elif req.start_rate is not None:
+        raise DesignError("--start-rate is the first rate of --readout capacity's searches (other readouts replay "
+                          "the workload's own arrivals)")
     return make_design(p.deployment, req.mechanism, req.value, p.workload, blocks=req.blocks,
                        block_requests=None if capacity else req.block_requests, capacity=capacity,
                        concurrency=req.concurrency, readout_signal=req.readout,

@@ -21,7 +21,7 @@ def capacity(
     from_prom: Annotated[Optional[str], typer.Option("--from-prom", help="The deployment's Prometheus: its own traffic shape, and its current rate as the search's start. " + PROM_CREDENTIALS_HELP)] = None,
     window: Annotated[str, typer.Option("--window", help="With --from-prom: how much history shapes the workload.")] = "1h",
     model: Annotated[Optional[str], typer.Option("--model", help="Served model name. Default: the workload's, the spec's, else the target's first model.")] = None,
-    start_rate: Annotated[Optional[float], typer.Option("--start-rate", callback=positive_finite, help="First rate tried, requests/s. Default: the Prometheus rate, else 1.")] = None,
+    start_rate: Annotated[Optional[float], typer.Option("--start-rate", callback=positive_finite, help="First rate tried, requests/s. Default: the production rate with --from-prom, else half the throughput of a closed-loop burst of 32 requests.")] = None,
     max_rate: Annotated[float, typer.Option("--max-rate", callback=positive_finite, help="Ceiling: a deployment that holds here is reported as 'at least' this.")] = 200.0,
     min_rate: Annotated[float, typer.Option("--min-rate", callback=positive_finite, help="Floor: a deployment that breaks here has capacity 0 for this SLO.")] = 0.05,
     width: Annotated[float, typer.Option("--width", help="Stop when the interval is within +-this share of its middle (0.1: +-10 %).")] = 0.10,

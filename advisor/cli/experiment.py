@@ -9,7 +9,7 @@ import typer
 
 from advisor.cli._app import app
 from advisor.ranges import BLOCKS_MAX, STORE_ID_MAX, WARMUP_MAX
-from advisor.cli._common import EXIT_OK, Baseline, Output, PricePerHour, err, fail, out
+from advisor.cli._common import EXIT_OK, Baseline, Output, PricePerHour, err, fail, out, positive_finite
 
 Deployment = Annotated[Path, typer.Option("--deployment", help="Deployment YAML: engine, model, launcher (local: command, args, env, port, arms, owns_process: whether the advisor may stop the process found serving the port; endpoints: baseline and candidate URLs).")]
 
@@ -48,6 +48,7 @@ def experiment(
     readout_signal: Annotated[Optional[str], typer.Option("--readout", help="Primary readout as a signal name (ttft_p95, tpot_p95, e2e_p99...). Default: the mechanism's. 'capacity': search each arm for the highest arrival rate at which every SLO of --slo holds (trials in turn on both arms) and judge the ratio of the two capacities with its interval.")] = None,
     slo: Annotated[Optional[Path], typer.Option("--slo", help="With --readout capacity: the SLO file whose SLOs (ttft_p95, tpot_p95, e2e_p99, error_rate) the capacity holds. Default: every default SLO.")] = None,
     width: Annotated[float, typer.Option("--width", min=0.01, max=0.49, help="With --readout capacity: each arm's search stops when its interval is within +-this share of its middle.")] = 0.10,
+    start_rate: Annotated[Optional[float], typer.Option("--start-rate", callback=positive_finite, help="With --readout capacity: the rate both searches try first, requests/s (a capacity you measured before). Default: half the throughput of a closed-loop burst of 32 requests on the baseline.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (both arms' argv, workload, blocks, guardrails) and touch nothing.")] = False,
     save: Annotated[bool, typer.Option("--save/--no-save", help="Keep every block's samples in the store.")] = True,
     max_duration: Annotated[Optional[str], typer.Option("--max-duration", help="Guardrail: abort past this long (30s, 30m, 1h). Default: the deployment's guardrails.max_duration, else 30m.")] = None,
@@ -76,7 +77,7 @@ def experiment(
             deployment=deployment, mechanism=mechanism, value=value, workload=workload_file, from_prom=from_prom,
             blocks=blocks, block_requests=block_requests, effect=effect, fixed=fixed, aa=aa, concurrency=concurrency,
             warmup=warmup, direction=direction, diagnosis_id=diagnosis_id, readout=readout_signal, slo=slo,
-            width=width, save=save,
+            width=width, start_rate=start_rate, save=save,
             max_duration=max_duration, max_requests=max_requests, max_error_rate=max_error_rate,
             price_per_hour=price_per_hour, baseline=baseline.value)
         if plan_only and not mechanism and not aa:

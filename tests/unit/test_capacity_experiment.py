@@ -164,7 +164,7 @@ class RecordingLauncher:
         return {}
 
 
-def run_capacity_experiment(tmp_path, monkeypatch, launcher):
+def run_capacity_experiment(tmp_path, monkeypatch, launcher, start_rate=None):
     from advisor.capacity import trials as tr
     from advisor.experiments.arms.journal import Journal
     from advisor.experiments.design.deployment import Deployment
@@ -196,7 +196,8 @@ def run_capacity_experiment(tmp_path, monkeypatch, launcher):
 
     from advisor.experiments.design.plan import Guardrails
 
-    d = design(dep, "max_num_seqs", "8", None, readout_signal="capacity", capacity=capacity_plan(slo),
+    d = design(dep, "max_num_seqs", "8", None, readout_signal="capacity",
+               capacity=capacity_plan(slo, start_rate=start_rate),
                state=_state(), guardrails=Guardrails(max_duration_s=1e6, max_requests=10**6))
     lines = []
     result = runner.execute(d, launcher, Journal(tmp_path), lines.append, sizer_for=lambda url: Sizer())
@@ -236,6 +237,38 @@ def test_the_runner_alternates_the_arms_with_alike_draws_and_restores(tmp_path, 
     assert "## Capacity at the SLO per arm" in md and "Blocks, in run order" not in md, md
     first = r.capacity["baseline"].trials[0]
     assert f"- baseline: {first.rate:.3g}/s {first.outcome}" in md and "| candidate | capacity " in md, md
+
+
+def test_a_start_rate_given_starts_both_searches_there_without_a_burst(tmp_path, monkeypatch):
+    from advisor.capacity import trials as tr
+
+    def no_burst(job):
+        raise AssertionError("a start rate was given: no burst is sent")
+
+    monkeypatch.setattr(tr, "burst_throughput", no_burst)
+    launcher = RecordingLauncher()
+    r, draws, lines = run_capacity_experiment(tmp_path, monkeypatch, launcher, start_rate=3.0)
+    assert [rate for _, _, rate in draws[:2]] == [3.0, 3.0], draws[:2]
+    assert "both searches start at 3 requests/s (--start-rate)" in lines, lines[:5]
+    assert r.status == "finished" and r.verdict == "improved", (r.ratio, r.ci, r.reason)
+
+
+def test_a_start_rate_outside_the_search_s_range_or_without_the_capacity_readout_is_refused(tmp_path):
+    from advisor.app.experiment import ExperimentRequest, design
+    from advisor.errors import AdvisorError
+
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("ttft_p95: 1.0\n")
+    with pytest.raises(CapacityPlanError) as e:
+        capacity_plan(slo, start_rate=1e6)
+    assert str(e.value) == "--start-rate 1e+06: expected a rate between 0.05 and 200 requests/s"
+    assert "from 2.5 requests/s (--start-rate)" in capacity_plan(slo, start_rate=2.5).describe()[0]
+    dep = tmp_path / "dep.yaml"
+    dep.write_text("name: d\nengine: vllm\nmodel: m\nlauncher: endpoints\n"
+                   "endpoints: {baseline: 'http://127.0.0.1:9', candidate: 'http://127.0.0.1:10'}\n")
+    with pytest.raises(AdvisorError) as e:
+        design(ExperimentRequest(deployment=dep, mechanism="max_num_seqs", value="8", start_rate=2.0))
+    assert str(e.value).startswith("--start-rate is the first rate of --readout capacity's searches"), str(e.value)
 
 
 def test_a_candidate_that_falls_ill_aborts_keeps_both_answers_so_far_and_restores(tmp_path, monkeypatch):

@@ -36,6 +36,7 @@ class CapacityPlan:
     min_rate: float = s.MIN_RATE
     max_rate: float = s.MAX_RATE
     alpha: float = ALPHA
+    start_rate: float | None = None  # None: half a closed-loop burst's throughput on the baseline
 
     def limits(self, start_rate: float, max_requests: int | None, max_seconds: float | None) -> s.Limits:
         return s.Limits(start_rate=start_rate, max_rate=self.max_rate, min_rate=self.min_rate, width=self.width,
@@ -43,18 +44,28 @@ class CapacityPlan:
 
     def describe(self) -> list[str]:
         return [f"capacity at the SLO ({'; '.join(o.label for o in self.objectives)}): each arm's highest rate "
-                f"at which every objective holds, searched to +-{self.width:.0%} from half a closed-loop burst's "
-                f"throughput on the baseline, between {self.min_rate:g} and {self.max_rate:g} requests/s",
+                f"at which every objective holds, searched to +-{self.width:.0%} from {self.start_text()}, between "
+                f"{self.min_rate:g} and {self.max_rate:g} requests/s",
                 f"trials: {self.trial_requests} tallied + {self.warmup_requests} warmup requests each, the arms' "
                 "trials in turn (A, B, A, B ...), each trial's arrivals and prompts drawn alike on both arms",
                 f"verdict: the ratio of the capacities, its {LEVEL:.0%} interval from both arms' intervals (each "
                 f"end at {1 - self.alpha:.2%})"]
 
 
-def capacity_plan(slo_file: Path | None, *, width: float = 0.10, trial_requests: int | None = None) -> CapacityPlan:
+    def start_text(self) -> str:
+        if self.start_rate is not None:
+            return f"{self.start_rate:.3g} requests/s (--start-rate)"
+        return "half a closed-loop burst's throughput on the baseline"
+
+
+def capacity_plan(slo_file: Path | None, *, width: float = 0.10, trial_requests: int | None = None,
+                  start_rate: float | None = None) -> CapacityPlan:
     """The plan from the SLO file (None: the default SLOs); one-line errors."""
     if not 0 < width < 0.5:
         raise CapacityPlanError(f"width {width:g}: expected a relative half-width between 0 and 0.5")
+    if start_rate is not None and not s.MIN_RATE <= start_rate <= s.MAX_RATE:
+        raise CapacityPlanError(f"--start-rate {start_rate:g}: expected a rate between {s.MIN_RATE:g} and "
+                                f"{s.MAX_RATE:g} requests/s")
     slo = load_slo(slo_file)
     try:
         objs = tr.objectives(slo, set(slo.model_fields_set) if slo_file else None)
@@ -70,4 +81,4 @@ def capacity_plan(slo_file: Path | None, *, width: float = 0.10, trial_requests:
                                 f"requests to show {strictest.label} holding at {1 - alpha:.2%}")
     size = trial_requests or max(tr.trial_size(objs), least)
     return CapacityPlan(slo=slo, objectives=tuple(objs), trial_requests=size, warmup_requests=max(10, size // 2),
-                        width=width, alpha=alpha)
+                        width=width, alpha=alpha, start_rate=start_rate)

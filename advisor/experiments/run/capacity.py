@@ -5,7 +5,7 @@ once the verdict is decided (judge.capacity_settled): each arm bracketed and the
 beyond the margin, which narrower arm intervals cannot undo.
 
 Alike arms: both searches start at the same rate (half a closed-loop burst's throughput on the
-baseline), and trial k of either arm draws the same arrival times and the same request order
+baseline, or --start-rate), and trial k of either arm draws the same arrival times and the same request order
 (LiveTrials with one seed), in its own prompt words of the same sizes: with the arms' trials
 alternating (A, B, A, B ...; an arm whose search has ended leaves the other to go on alone), a
 drift of the host hits both searches alike. An arm (re)started for its turn first gets the design's
@@ -66,13 +66,17 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
         except (LaunchError, PromptSizingError) as e:
             not_started = str(e)
             raise runner.Aborted(f"could not start: {e}") from None
-        try:
-            throughput, n = tr.burst_throughput(job)
-        except tr.CapacityInputError as e:
-            raise runner.Aborted(str(e)) from None
-        start = min(max(throughput / 2, plan.min_rate), plan.max_rate)
-        say(f"a burst of {n} requests on the baseline, {tr.PROBE_CONCURRENCY} at a time, completed "
-            f"{throughput:.3g}/s: both searches start at {start:.3g} requests/s")
+        if plan.start_rate is not None:
+            start = plan.start_rate
+            say(f"both searches start at {start:.3g} requests/s (--start-rate)")
+        else:
+            try:
+                throughput, n = tr.burst_throughput(job)
+            except tr.CapacityInputError as e:
+                raise runner.Aborted(str(e)) from None
+            start = min(max(throughput / 2, plan.min_rate), plan.max_rate)
+            say(f"a burst of {n} requests on the baseline, {tr.PROBE_CONCURRENCY} at a time, completed "
+                f"{throughput:.3g}/s: both searches start at {start:.3g} requests/s")
         limits = plan.limits(start, guard.max_requests // 2, guard.max_duration_s / 2)
         pair = Pair(objs, limits, on_trial=lambda arm, t: say(f"{arm:9} {tr.trial_line(t, objs)}"))
         lives = {arm: _live(design, job, arm, launcher) for arm in ARMS}
