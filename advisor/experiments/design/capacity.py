@@ -51,7 +51,6 @@ class CapacityPlan:
                 f"verdict: the ratio of the capacities, its {LEVEL:.0%} interval from both arms' intervals (each "
                 f"end at {1 - self.alpha:.2%})"]
 
-
     def start_text(self) -> str:
         if self.start_rate is not None:
             return f"{self.start_rate:.3g} requests/s (--start-rate)"

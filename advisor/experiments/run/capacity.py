@@ -5,9 +5,9 @@ once the verdict is decided (judge.capacity_settled): each arm bracketed and the
 beyond the margin, which narrower arm intervals cannot undo.
 
 Alike arms: both searches start at the same rate (half a closed-loop burst's throughput on the
-baseline, or --start-rate), and trial k of either arm draws the same arrival times and the same request order
-(LiveTrials with one seed), in its own prompt words of the same sizes: with the arms' trials
-alternating (A, B, A, B ...; an arm whose search has ended leaves the other to go on alone), a
+baseline, or --start-rate), and trial k of either arm draws the same arrival times and the same
+request order (LiveTrials with one seed), in its own prompt words of the same sizes: with the arms'
+trials alternating (A, B, A, B ...; an arm whose search has ended leaves the other to go on alone), a
 drift of the host hits both searches alike. An arm (re)started for its turn first gets the design's
 warmup requests, unmeasured, as in the block runner.
 
