@@ -143,11 +143,24 @@ PROBE_REQUESTS, PROBE_CONCURRENCY = 32, 8
 
 
 def trial_line(t: Trial, objs: list[Objective]) -> str:
-    """A trial as a progress line: its rate, outcome and each objective's share within."""
+    """A trial as a progress line: its rate, outcome and each objective's share within; for an
+    unclear trial, why its share could not be told from the target."""
     share = ", ".join(f"{o.label.split(' <=')[0]} {t.tallies[o.name].share:.1%}" for o in objs
                       if o.name in t.tallies and t.tallies[o.name].share is not None)
     return (f"{t.rate:8.3g} req/s: {t.outcome:8} {share}" + (f" (+{t.extended} extensions)" if t.extended else "")
-            + ("" if t.valid else f" - load generator invalid: {t.why_invalid}"))
+            + ("" if t.valid else f" - load generator invalid: {t.why_invalid}") + _why_unclear(t, objs))
+
+
+def _why_unclear(t: Trial, objs: list[Objective]) -> str:
+    # "Unclear at 100.0 % within" reads as a bug unless the line says what the evidence was worth:
+    # latencies that come in runs (a backlog) count as fewer independent requests (search.Tally).
+    o = next((o for o in objs if o.name == t.decided_by), None)
+    tl = t.tallies.get(t.decided_by) if t.decided_by else None
+    if t.outcome != "unclear" or not t.valid or o is None or tl is None or not tl.n:
+        return ""
+    _, worth = tl.effective()
+    runs = f" carrying the evidence of {worth:.0f} (their latencies come in runs)" if worth < tl.n - 0.5 else ""
+    return f": {tl.n} requests{runs}, too few to tell from {o.share:.0%}"
 
 
 def burst_throughput(job: Job) -> tuple[float, int]:

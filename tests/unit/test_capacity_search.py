@@ -206,3 +206,24 @@ def test_an_interrupt_between_runs_at_one_rate_says_that_trial_before_it_propaga
     except KeyboardInterrupt:
         when_caught = list(said)  # the traceback, and so the search's frame, still alive here
     assert [(t.rate, t.outcome, t.requests, t.extended) for t in when_caught] == [(1.0, "unclear", 300, 0)]
+
+
+def test_an_unclear_trial_s_progress_line_says_what_its_requests_were_worth():
+    """"unclear at 100.0 % within" reads as a bug without the reason: the latencies came in runs, so
+    258 requests carried the evidence of about 11, too few to tell the share from 95 %."""
+    from advisor.capacity.trials import trial_line
+
+    ttft = s.Objective("ttft_p95", 0.95, 1.0, "TTFT p95 <= 1 s")
+    runs = s.Trial(20.0, {"ttft_p95": s.Tally(258, 258, 23.5)}, 387, 19.0, extended=2)
+    runs.outcome, runs.decided_by = s.judge(runs.tallies, [ttft], 0.0125)
+    assert runs.outcome == "unclear"
+    assert trial_line(runs, [ttft]).endswith(
+        "unclear  TTFT p95 100.0% (+2 extensions): 258 requests carrying the evidence of 11 (their latencies "
+        "come in runs), too few to tell from 95%")
+    near = s.Trial(20.0, {"ttft_p95": s.Tally(83, 86, 1.0)}, 129, 6.0)
+    near.outcome, near.decided_by = s.judge(near.tallies, [ttft], 0.0125)
+    assert near.outcome == "unclear"
+    assert trial_line(near, [ttft]).endswith("TTFT p95 96.5%: 86 requests, too few to tell from 95%")
+    held = s.Trial(5.0, {"ttft_p95": s.Tally(86, 86, 1.0)}, 129, 26.0)
+    held.outcome, held.decided_by = s.judge(held.tallies, [ttft], 0.0125)
+    assert held.outcome == "pass" and trial_line(held, [ttft]).endswith("pass     TTFT p95 100.0%")
