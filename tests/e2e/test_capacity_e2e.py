@@ -6,11 +6,12 @@ raise it, with the ratio's interval above 1.
 
 llama-server's workload is short (8-16 tokens in, 64-96 out): a trial's time is its requests over its
 rate, so a workload served fast gives the same search in a fraction of the time (on the 2-core host
-28-44 s at a capacity of 19-35/s, against 153 s at 3.6/s with 200-256 tokens out). vLLM's stays at
-the rates it has (48-64 tokens out, about 5/s for the baseline): with 16-24 tokens out both arms
-reach 20/s and more, where the API server and the load generator share the two cores with the
-engine, the latencies wander together, and the candidate's trials stayed unclear at 100 % within
-(the search reads the evidence of a trial over its latencies' autocorrelation): inconclusive."""
+28-44 s at a capacity of 19-35/s, against 153 s at 3.6/s with 200-256 tokens out). vLLM's answers
+are 32-40 tokens: with 48-64 the experiment took 519 s, 689 s and once more than 900 s in three
+fresh-clone runs (the baseline's trials at 2.5-5/s, extended twice each), with 32-40 it decided in
+365 s and 409 s by hand. Shorter still (16-24) went inconclusive: both arms reach 20/s and more,
+where the API server, the load generator and the engine share the two cores, the latencies wander
+together, and the candidate's trials stayed unclear at 100 % within."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_capacity_of_a_live_engine_with_its_interval_chart_and_plan(tmp_path):
 
 def test_more_slots_raise_the_capacity_at_the_slo_of_the_cpu_vllm(local_engine, tmp_path, isolated_store):
     """`advisor experiment --readout capacity` on the real CPU vLLM: --max-num-seqs 2 (the shared
-    engine's) against 8, a decode-heavy workload (48-64 tokens out) and a TTFT SLO. Both arms are
+    engine's) against 8, a decode-heavy workload (32-40 tokens out) and a TTFT SLO. Both arms are
     searched, their trials in turn, from the same rate; the two answers are ordered, and the ratio of
     the capacities is judged "improved" with its whole interval above 1. Both searches start at half
     the baseline's burst throughput and double, so their first brackets meet at a rate both tried
@@ -80,7 +81,7 @@ def test_more_slots_raise_the_capacity_at_the_slo_of_the_cpu_vllm(local_engine, 
     from advisor.localstack.deployment import write_deployment
 
     (tmp_path / "w.yaml").write_text(yaml.safe_dump({
-        "name": "decode-heavy", "buckets": [{"name": "chat", "prompt_tokens": [20, 60], "output_tokens": [48, 64]}],
+        "name": "decode-heavy", "buckets": [{"name": "chat", "prompt_tokens": [20, 60], "output_tokens": [32, 40]}],
         "arrival": {"kind": "poisson", "rate": 1}, "requests": 100, "seed": 3}))
     (tmp_path / "slo.yaml").write_text("ttft_p95: 1.0\n")
     dep = write_deployment(local_engine, tmp_path / "dep.yaml")
