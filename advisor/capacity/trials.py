@@ -155,8 +155,8 @@ def _why_unclear(t: Trial, objs: list[Objective]) -> str:
     # "Unclear at 100.0 % within" reads as a bug unless the line says what the evidence was worth:
     # latencies that come in runs (a backlog) count as fewer independent requests (search.Tally).
     o = next((o for o in objs if o.name == t.decided_by), None)
-    tl = t.tallies.get(t.decided_by) if t.decided_by else None
-    if t.outcome != "unclear" or not t.valid or o is None or tl is None or not tl.n:
+    tl = t.tallies.get(t.decided_by)
+    if t.outcome != "unclear" or not t.valid or o is None or not (tl and tl.n):
         return ""
     _, worth = tl.effective()
     runs = f" carrying the evidence of {worth:.0f} (their latencies come in runs)" if worth < tl.n - 0.5 else ""
