@@ -251,15 +251,15 @@ def _enough(job, n: int) -> list:
 
 def _start_rate(job, req: CapacityRequest, say: Callable[[str], None]) -> float:
     """Where the search starts: the production rate the Prometheus workload measured, else half the
-    throughput of a short closed-loop burst (capacity/trials.py burst_throughput)."""
+    throughput of a short closed-loop burst (capacity/trials.py burst_start)."""
     if req.from_prom and job.source_rate:
         return min(max(job.source_rate, req.min_rate), req.max_rate)
     try:
-        throughput, n = tr.burst_throughput(job)
+        start, throughput, n = tr.burst_start(job, req.min_rate, req.max_rate)
     except tr.CapacityInputError as e:
         raise CapacityError(str(e)) from None
     say(f"a burst of {n} requests, {tr.PROBE_CONCURRENCY} at a time, completed {throughput:.3g}/s: starting at half")
-    return min(max(throughput / 2, req.min_rate), req.max_rate)
+    return start
 
 
 def _price(req: CapacityRequest, spec_price) -> tuple[tuple[float | None, str | None], int | None]:

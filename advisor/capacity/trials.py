@@ -176,3 +176,9 @@ def burst_throughput(job: Job) -> tuple[float, int]:
                                  f"{next((r.error for r in run.records if r.error), 'no answer')}")
     return len(ok) / run.wall_s, n
 
+
+def burst_start(job: Job, lo: float, hi: float) -> tuple[float, float, int]:
+    """(start rate, burst throughput, requests sent): half the burst's throughput, within [lo, hi]."""
+    throughput, n = burst_throughput(job)
+    return min(max(throughput / 2, lo), hi), throughput, n
+

@@ -227,3 +227,13 @@ def test_an_unclear_trial_s_progress_line_says_what_its_requests_were_worth():
     held = s.Trial(5.0, {"ttft_p95": s.Tally(86, 86, 1.0)}, 129, 26.0)
     held.outcome, held.decided_by = s.judge(held.tallies, [ttft], 0.0125)
     assert held.outcome == "pass" and trial_line(held, [ttft]).endswith("pass     TTFT p95 100.0%")
+
+
+@pytest.mark.parametrize("throughput, want", [(8.0, 4.0), (1000.0, 50.0), (0.02, 0.05)])
+def test_a_search_starts_at_half_the_burst_within_the_rate_bounds(monkeypatch, throughput, want):
+    """Both front doors (the capacity command and the capacity readout) start here: half of what a
+    closed-loop burst completed, never outside --min-rate/--max-rate."""
+    from advisor.capacity import trials as tr
+
+    monkeypatch.setattr(tr, "burst_throughput", lambda job: (throughput, 32))
+    assert tr.burst_start(None, 0.05, 50.0) == (want, throughput, 32)

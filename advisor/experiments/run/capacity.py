@@ -71,10 +71,9 @@ def execute(design: Design, launcher: Launcher, journal: Journal, say: Callable[
             say(f"both searches start at {start:.3g} requests/s (--start-rate)")
         else:
             try:
-                throughput, n = tr.burst_throughput(job)
+                start, throughput, n = tr.burst_start(job, plan.min_rate, plan.max_rate)
             except tr.CapacityInputError as e:
                 raise runner.Aborted(str(e)) from None
-            start = min(max(throughput / 2, plan.min_rate), plan.max_rate)
             say(f"a burst of {n} requests on the baseline, {tr.PROBE_CONCURRENCY} at a time, completed "
                 f"{throughput:.3g}/s: both searches start at {start:.3g} requests/s")
         limits = plan.limits(start, guard.max_requests // 2, guard.max_duration_s / 2)
