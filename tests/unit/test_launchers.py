@@ -383,3 +383,65 @@ def test_a_candidate_killed_as_its_arm_comes_up_is_said_to_have_died_not_taken_f
         lau.bring_up("candidate")
     monkeypatch.undo()
     lau.restore()
+
+
+def test_a_candidate_killed_while_its_health_is_read_is_never_restarted(tmp_path, cleanup, monkeypatch):
+    """The kill lands after bring_up's died checks, while it asks the candidate's health: a CI run
+    restarted the candidate then, and judged 'improved' on an arm that had died between its blocks."""
+    from advisor.experiments.arms import local
+
+    port, cport = free_port(), free_port()
+    cleanup += [port, cport]
+    dep = deployment("parallel", port, cport)
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e10", tmp_path / "logs")
+    lau.bring_up("candidate")
+    lau.bring_up("baseline")
+    pid, starts, real = listener(cport), lau.starts, local.healthy
+
+    def killed_as_asked(url: str, path: str = "/health", timeout: float = 5.0) -> bool:
+        if url == lau.url("candidate") and psutil.pid_exists(pid) \
+                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            return False
+        return real(url, path, timeout)
+
+    monkeypatch.setattr(local, "healthy", killed_as_asked)
+    with pytest.raises(LaunchError, match=rf"candidate engine \(pid {pid}\) died between its blocks"):
+        lau.bring_up("candidate")
+    assert lau.starts == starts and listener(cport) is None
+    monkeypatch.undo()
+    lau.restore()
+    assert healthy(lau.url("baseline"))
+
+
+def test_a_candidate_that_stops_answering_between_its_blocks_aborts_and_is_not_replaced(tmp_path, cleanup,
+                                                                                         monkeypatch):
+    from advisor.experiments.arms import local
+
+    port, cport = free_port(), free_port()
+    cleanup += [port, cport]
+    dep = deployment("parallel", port, cport)
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e11", tmp_path / "logs")
+    lau.bring_up("candidate")
+    pid, starts, real = listener(cport), lau.starts, local.healthy
+    asked = []
+
+    def hung(url: str, path: str = "/health", timeout: float = 5.0) -> bool:
+        if url == lau.url("candidate"):
+            asked.append(url)
+            return False
+        return real(url, path, timeout)
+
+    monkeypatch.setattr(local, "healthy", hung)
+    with pytest.raises(LaunchError, match=rf"the candidate engine at {lau.url('candidate')} stopped answering "
+                                          "/health between its blocks"):
+        lau.bring_up("candidate")
+    assert len(asked) == 2, "one slow answer is not a failure: asked again a second later"
+    assert lau.starts == starts and listener(cport) == pid, "left for the restore, not restarted"
+    monkeypatch.undo()
+    lau.restore()
+    assert listener(cport) is None and healthy(lau.url("baseline"))

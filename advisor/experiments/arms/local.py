@@ -258,6 +258,20 @@ class LocalLauncher:
             if not rec.alive():
                 raise LaunchError(f"the {_named(key)} engine (pid {rec.pid}) died between its blocks")
 
+    def _raise_if_silent(self, arm: str, url: str) -> None:
+        """An engine of ours that answered at the end of its last block and no longer does has
+        failed between its blocks (killed, hung, dying): restarting it would hide that, as a death
+        would be (a CI run judged "improved" on a candidate it had restarted after a SIGKILL that
+        landed just after the died check). Asked twice, a second apart: one slow answer is not a
+        failure."""
+        for wait in (0.0, SETTLE_S):
+            time.sleep(wait)
+            self._raise_if_died(arm)
+            if healthy(url, self.spec.health_path):
+                return
+        raise LaunchError(f"the {_named(arm)} engine at {url} stopped answering {self.spec.health_path} "
+                          "between its blocks")
+
     def _settled_holder(self, arm: str) -> ProcessRecord | None:
         """Who holds the arm's port, read again for a moment when it looks like nobody's: an engine
         of ours that is being killed keeps its listening socket for a few milliseconds after its pid
@@ -282,7 +296,9 @@ class LocalLauncher:
         now = self._settled_holder(arm)
         if now is not None:
             whose = self._whose(now)
-            if not ((whose == arm or (arm == "baseline" and whose == "found")) and healthy(url, self.spec.health_path)):
+            if whose == arm and arm in self.started:
+                self._raise_if_silent(arm, url)
+            elif not ((whose == arm or (arm == "baseline" and whose == "found")) and healthy(url, self.spec.health_path)):
                 self._stop_holder(now, whose, self.port(arm))
                 start.append(0)
         else:
