@@ -7,7 +7,7 @@ an error. A trial at a rate tallies, per objective, the requests within it. Its 
 only where the data decide it: a one-sided Clopper-Pearson bound at level 1 - alpha puts the share
 clearly above the objective's (pass), clearly below it (fail), or neither (unclear). Requests of one
 trial are not independent (a burst makes a run of slow ones), so the bound is taken on an effective
-count, the requests shrunk by the lag-1 autocorrelation of the within/outside sequence.
+count, the requests over the integrated autocorrelation time of the latencies the objective reads.
 
 The search brackets (doubling up from the start rate until a clear fail, halving down until a clear
 pass), then bisects in log-rate between the highest clear pass and the lowest clear fail. An unclear
