@@ -53,6 +53,18 @@ def start_baseline(dep: Deployment, tmp_path, journal) -> LocalLauncher:
     return boot
 
 
+def parallel_arms(tmp_path, cleanup, experiment: str, flags: list[str]) -> tuple[LocalLauncher, int, int]:
+    """(a launcher whose candidate is up beside a baseline it found serving, baseline port, candidate port)."""
+    port, cport = free_port(), free_port()
+    cleanup += [port, cport]
+    dep = deployment("parallel", port, cport)
+    journal = Journal(tmp_path)
+    start_baseline(dep, tmp_path, journal)
+    lau = LocalLauncher(dep, flags, {}, journal, experiment, tmp_path / "logs")
+    lau.bring_up("candidate")
+    return lau, port, cport
+
+
 def test_sequential_arms_swap_and_restore(tmp_path, cleanup):
     # The baseline found serving was started by someone else: owns_process lets the advisor replace it.
     port = free_port()
@@ -147,13 +159,7 @@ def test_baseline_port_needs_parallel_arms_and_a_port_of_its_own():
 
 
 def test_dead_candidate_is_reported_and_restore_still_works(tmp_path, cleanup):
-    port, cport = free_port(), free_port()
-    cleanup += [port, cport]
-    dep = deployment("parallel", port, cport)
-    journal = Journal(tmp_path)
-    start_baseline(dep, tmp_path, journal)
-    lau = LocalLauncher(dep, ["--x"], {}, journal, "e3", tmp_path / "logs")
-    lau.bring_up("candidate")
+    lau, _, cport = parallel_arms(tmp_path, cleanup, "e3", ["--x"])
     pid = lau.started["candidate"].pid
     os.kill(pid, signal.SIGKILL)
     psutil.Process(pid).wait(5) if psutil.pid_exists(pid) else None
@@ -360,13 +366,7 @@ def test_a_candidate_killed_as_its_arm_comes_up_is_said_to_have_died_not_taken_f
     from advisor.experiments.arms import local
     from advisor.experiments.arms.processes import UNSEEN
 
-    port, cport = free_port(), free_port()
-    cleanup += [port, cport]
-    dep = deployment("parallel", port, cport)
-    journal = Journal(tmp_path)
-    start_baseline(dep, tmp_path, journal)
-    lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e9", tmp_path / "logs")
-    lau.bring_up("candidate")
+    lau, port, cport = parallel_arms(tmp_path, cleanup, "e9", ["--max-num-seqs", "8"])
     lau.bring_up("baseline")
     pid, real = listener(cport), local.holder
 
@@ -390,13 +390,7 @@ def test_a_candidate_killed_while_its_health_is_read_is_never_restarted(tmp_path
     restarted the candidate then, and judged 'improved' on an arm that had died between its blocks."""
     from advisor.experiments.arms import local
 
-    port, cport = free_port(), free_port()
-    cleanup += [port, cport]
-    dep = deployment("parallel", port, cport)
-    journal = Journal(tmp_path)
-    start_baseline(dep, tmp_path, journal)
-    lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e10", tmp_path / "logs")
-    lau.bring_up("candidate")
+    lau, _, cport = parallel_arms(tmp_path, cleanup, "e10", ["--max-num-seqs", "8"])
     lau.bring_up("baseline")
     pid, starts, real = listener(cport), lau.starts, local.healthy
 
@@ -420,13 +414,7 @@ def test_a_candidate_that_stops_answering_between_its_blocks_aborts_and_is_not_r
                                                                                          monkeypatch):
     from advisor.experiments.arms import local
 
-    port, cport = free_port(), free_port()
-    cleanup += [port, cport]
-    dep = deployment("parallel", port, cport)
-    journal = Journal(tmp_path)
-    start_baseline(dep, tmp_path, journal)
-    lau = LocalLauncher(dep, ["--max-num-seqs", "8"], {}, journal, "e11", tmp_path / "logs")
-    lau.bring_up("candidate")
+    lau, _, cport = parallel_arms(tmp_path, cleanup, "e11", ["--max-num-seqs", "8"])
     pid, starts, real = listener(cport), lau.starts, local.healthy
     asked = []
 
