@@ -86,7 +86,7 @@ def test_more_slots_raise_the_capacity_at_the_slo_of_the_cpu_vllm(local_engine, 
     (tmp_path / "slo.yaml").write_text("ttft_p95: 1.0\n")
     dep = write_deployment(local_engine, tmp_path / "dep.yaml")
     # Past its timeout the command is interrupted, as a user would (run_cli: SIGINT first), so that
-    # the advisor stops the candidate it started. It took 365-616 s in the last five runs on the
+    # the advisor stops the candidate it started. It took 365-616 s in the last six runs on the
     # 2-core host (its low-rate trials, extended when their latencies come in runs, take the time),
     # and its time has a tail: 1200 s, not 900.
     p = run_cli("experiment", "--deployment", str(dep), "--mechanism", "max_num_seqs", "--value", "8", "--readout",

@@ -397,6 +397,8 @@ def test_a_candidate_killed_while_its_health_is_read_is_never_restarted(tmp_path
     def killed_as_asked(url: str, path: str = "/health", timeout: float = 5.0) -> bool:
         if url == lau.url("candidate") and psutil.pid_exists(pid) \
                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            # Its process group: the launcher starts each engine in a session of its own
+            # (children.spawn), and only that engine, this test's, is in it.
             os.killpg(os.getpgid(pid), signal.SIGKILL)
             return False
         return real(url, path, timeout)
