@@ -102,7 +102,7 @@ def run_capacity(req: CapacityRequest, say: Callable[[str], None] = lambda _: No
     except tr.CapacityInputError as e:
         raise CapacityError(f"{req.slo_file}: {e}") from None
     size = req.trial_requests or tr.trial_size(objs)
-    warmup = max(10, size // 2)
+    warmup = tr.warmup_size(size)
     notes = []
     short = [o for o in objs if s.needed(o.share) > size]
     if short:

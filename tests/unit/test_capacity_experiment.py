@@ -15,6 +15,7 @@ import pytest
 from advisor.capacity import search as s
 from advisor.capacity.result import result_of
 from advisor.capacity.simulated import Queue
+from advisor.capacity.trials import warmup_size
 from advisor.experiments.design.capacity import CapacityPlanError, capacity_plan
 from advisor.experiments.judgement.judge import judge_capacity
 from advisor.experiments.run.capacity import Pair
@@ -22,6 +23,8 @@ from advisor.experiments.run.capacity import Pair
 TTFT = s.Objective("ttft_p95", 0.95, 1.0, "TTFT p95 <= 1 s")
 ALPHA = 0.0125  # each end of each arm's interval: the ratio's at 95 % (design/capacity.py)
 SEEDS = 40
+TALLIED = 200  # a trial's default size, and the warmup the product sends before it
+WARMUP = warmup_size(TALLIED)
 
 
 def both(base: Queue, cand: Queue, seed: int, settle: bool = True, **limits):
@@ -35,14 +38,14 @@ def both(base: Queue, cand: Queue, seed: int, settle: bool = True, **limits):
         while pair.pending:
             for arm in ("baseline", "candidate"):
                 if arm in pair.pending:
-                    pair.send(arm, queues[arm].trial(pair.pending[arm], 200, 100, TTFT, rngs[arm]))
+                    pair.send(arm, queues[arm].trial(pair.pending[arm], TALLIED, WARMUP, TTFT, rngs[arm]))
         answers = pair.answered("not finished")
     else:
-        answers = {arm: s.search(lambda rate, arm=arm: queues[arm].trial(rate, 200, 100, TTFT, rngs[arm]), [TTFT], lim)
+        answers = {arm: s.search(lambda rate, arm=arm: queues[arm].trial(rate, TALLIED, WARMUP, TTFT, rngs[arm]), [TTFT], lim)
                    for arm in queues}
     started = datetime.now(timezone.utc)
     return {arm: result_of(a, [TTFT], target=arm, model="m", workload="w", started_at=started, alpha=ALPHA,
-                           width=0.1, trial_requests=200, warmup_requests=100) for arm, a in answers.items()}
+                           width=0.1, trial_requests=TALLIED, warmup_requests=WARMUP) for arm, a in answers.items()}
 
 
 def test_the_ratio_interval_covers_the_true_ratio_and_the_verdict_follows_it():
@@ -95,7 +98,7 @@ def test_an_aborted_run_is_inconclusive_and_keeps_the_answers_so_far():
     walk = s.steps([TTFT], s.Limits(start_rate=0.5, max_rate=100.0, min_rate=0.01), on_trial=kept.append)
     rate = next(walk)
     while len(kept) < 3:
-        rate = walk.send(q.trial(rate, 200, 100, TTFT, rng))
+        rate = walk.send(q.trial(rate, TALLIED, WARMUP, TTFT, rng))
     a = s.partial(kept, [TTFT], "aborted: guardrail")
     assert a.status == "partial" and a.stopped == "aborted: guardrail" and len(a.trials) == 3
     assert a.requests == sum(t.requests for t in kept)
@@ -178,7 +181,7 @@ def run_capacity_experiment(tmp_path, monkeypatch, launcher, start_rate=None):
         draw = next(self._draw)
         draws.append((self.job.target.url, draw, rate))
         q = queues[self.job.target.url]
-        return q.trial(rate, 200, 100, TTFT, random.Random(f"{self.job.target.url}:{draw}"))
+        return q.trial(rate, TALLIED, WARMUP, TTFT, random.Random(f"{self.job.target.url}:{draw}"))
 
     class Sizer:
         def prompts_for(self, reqs, workload, salt=""):

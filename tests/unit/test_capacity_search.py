@@ -14,7 +14,7 @@ import pytest
 from advisor.capacity import search as s
 from advisor.capacity.result import CapacityResult, ObjectiveRow, TrialPoint, plan_peak
 from advisor.capacity.simulated import Queue
-from advisor.capacity.trials import CapacityInputError, objectives, tallies
+from advisor.capacity.trials import CapacityInputError, objectives, tallies, trial_size, warmup_size
 from advisor.diagnosis.slo import SLO
 from advisor.loadgen.record import RequestRecord
 
@@ -23,7 +23,8 @@ TTFT = s.Objective("ttft_p95", 0.95, 1.0, "TTFT p95 <= 1 s")
 # a heavy tail.
 SHAPES = [(8, 0.3), (4, 0.5), (1, 0.8)]
 SEEDS = 80
-TALLIED, WARMUP = 200, 100  # trials.trial_size's default and its warmup
+TALLIED = 200  # trials.trial_size's default
+WARMUP = warmup_size(TALLIED)  # and the warmup the product sends before it: what is calibrated is what runs
 
 
 def run_search(q: Queue, seed: int, **limits) -> s.Answer:
@@ -46,6 +47,16 @@ def test_the_interval_covers_the_true_capacity_at_its_stated_rate(slots, sigma):
     assert covered >= 0.85, covered
     assert errors[SEEDS // 2] < 0.10
     assert all(a.status in ("bounded", "noise-limited") for a in answers)
+
+
+def test_the_warmup_is_calibrated_at_the_default_size_and_keeps_half_of_a_short_tally():
+    assert trial_size([TTFT]) == TALLIED and warmup_size(TALLIED) == 25
+    assert (warmup_size(60), warmup_size(86), warmup_size(100)) == (30, 43, 50)  # as before: half
+    assert warmup_size(299) == 37 and warmup_size(1000) == 125 and warmup_size(4) == 10
+    # Between the two, the warmup falls as the tally grows, and a trial never shrinks as its tally grows.
+    sizes = range(100, 201)
+    assert all(warmup_size(a) >= warmup_size(b) for a, b in zip(sizes, sizes[1:]))
+    assert all(a + warmup_size(a) <= b + warmup_size(b) + 1 for a, b in zip(sizes, sizes[1:]))
 
 
 def test_a_deployment_that_holds_at_the_ceiling_is_at_least_the_ceiling():

@@ -79,5 +79,5 @@ def capacity_plan(slo_file: Path | None, *, width: float = 0.10, trial_requests:
         raise CapacityPlanError(f"--block-requests {trial_requests}: a capacity trial needs at least {least} "
                                 f"requests to show {strictest.label} holding at {1 - alpha:.2%}")
     size = trial_requests or max(tr.trial_size(objs), least)
-    return CapacityPlan(slo=slo, objectives=tuple(objs), trial_requests=size, warmup_requests=max(10, size // 2),
+    return CapacityPlan(slo=slo, objectives=tuple(objs), trial_requests=size, warmup_requests=tr.warmup_size(size),
                         width=width, alpha=alpha, start_rate=start_rate)
