@@ -44,7 +44,7 @@ class Queue:
     def true_capacity(self, objective: Objective, n: int = 200_000, seed: int = 7) -> float:
         """The rate whose long-run share within the threshold is the objective's (bisection, one
         stream of random numbers for every rate so that the share falls with the rate: drawn once,
-        which halves the time the calibration tests spend here)."""
+        which cuts the time the calibration tests spend here to a third)."""
         draws = self._draws(n, random.Random(seed))
         lo, hi = 1e-3, self.slots / self.mean  # at the service rate the queue grows without bound
         for _ in range(30):
