@@ -33,11 +33,8 @@ class Queue:
             out.append(start - t + self.prefill * s)
         return out
 
-    def ttfts(self, rate: float, n: int, rng: random.Random) -> list[float]:
-        return self._ttfts(rate, self._draws(n, rng))
-
     def trial(self, rate: float, n: int, warmup: int, objective: Objective, rng: random.Random) -> TrialResult:
-        ttft = self.ttfts(rate, n + warmup, rng)[warmup:]
+        ttft = self._ttfts(rate, self._draws(n + warmup, rng))[warmup:]
         within = [x <= objective.threshold for x in ttft]
         return TrialResult(tallies={objective.name: tally(within, ttft)}, requests=n + warmup, seconds=(n + warmup) / rate)
 
