@@ -12,7 +12,6 @@ import sys
 import time
 
 import httpx
-import pytest
 import yaml
 
 from advisor.experiments.arms import room
@@ -34,7 +33,6 @@ def advisor(tmp_path, *args: str, prefix: tuple[str, ...] = (), timeout: float =
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.untimed
 def test_an_engine_serving_its_own_users_gets_a_fresh_baseline_or_a_refusal_before_anything_starts(
         tmp_path, background):
     with LlamaServer(model=paths.tiny_gguf("Q8_0"), max_num_seqs=1, threads=1) as engine:

@@ -114,7 +114,6 @@ def _journalled(data, event: str, **fields) -> bool:
 # recovery from the journal), which do the same for every engine: they run on llama-server, which
 # starts in two seconds where a vLLM engine takes thirty, one slot and one thread each.
 
-@pytest.mark.untimed
 def test_candidate_killed_mid_run_aborts_keeps_samples_and_baseline_serves(tmp_path, isolated_store):
     with LlamaServer(model=paths.tiny_gguf("Q8_0"), max_num_seqs=1, threads=1) as base:
         found = listener(base.port)
@@ -145,7 +144,6 @@ def test_candidate_killed_mid_run_aborts_keeps_samples_and_baseline_serves(tmp_p
         assert listener(base.port) == found and slots(argv_on(base.port)) == "1"
 
 
-@pytest.mark.untimed
 def test_advisor_killed_mid_run_is_recovered_at_next_start(tmp_path, isolated_store):
     with LlamaServer(model=paths.tiny_gguf("Q8_0"), max_num_seqs=1, threads=1) as base:
         # The candidate takes the engine's port: the advisor must own the engine it found serving.
@@ -179,7 +177,6 @@ def test_advisor_killed_mid_run_is_recovered_at_next_start(tmp_path, isolated_st
         stop_pid(listener(base.port))
 
 
-@pytest.mark.untimed
 def test_invalid_value_is_refused_before_anything_starts(tmp_path, isolated_store, local_engine):
     dep = write_deployment(local_engine, tmp_path / "dep.yaml")
     cport = yaml.safe_load(dep.read_text())["local"]["candidate_port"]

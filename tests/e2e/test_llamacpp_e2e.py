@@ -17,7 +17,6 @@ from probes import probe_engine
 runner = CliRunner()
 
 
-@pytest.mark.untimed
 def test_llama_server_is_probed_in_its_own_dialect_and_its_model_inspected(background):
     with LlamaServer(model=paths.tiny_gguf("Q4_K_M"), max_num_seqs=2) as engine:
         # 6 in flight on 2 slots: a queue the slots gauge and the deferred gauge can show.
@@ -185,7 +184,6 @@ def test_one_replica_against_two_with_the_advisor_s_client_spreading_the_request
         assert listener(cport) is None and listener(cport + 1) is None, "both candidate replicas stopped"
 
 
-@pytest.mark.untimed
 def test_an_engine_the_launcher_starts_has_none_of_the_advisor_s_secrets_and_a_forged_journal_stops_nothing(
         tmp_path, monkeypatch, request):
     """The real llama-server, twice: one started by this test and named in a forged journal with its

@@ -124,7 +124,6 @@ def drive(engine, w: Workload, target: Target | None = None) -> tuple[list[Plann
 
 # --- the tests -------------------------------------------------------------------------------
 
-@pytest.mark.untimed
 def test_shared_prefixes_hit_the_engines_prefix_cache_and_unrelated_prompts_do_not(local_engine):
     common = {"buckets": [{"prompt_tokens": [700, 800], "output_tokens": 4}],
               "arrival": {"kind": "constant", "rate": 2}, "requests": 16}
@@ -155,7 +154,6 @@ def test_shared_prefixes_hit_the_engines_prefix_cache_and_unrelated_prompts_do_n
     assert hits == 0
 
 
-@pytest.mark.untimed
 def test_cancelled_requests_stop_in_the_engine_and_are_counted_as_it_counts_aborts(local_engine):
     w = workload(buckets=[{"prompt_tokens": [50, 100], "output_tokens": [1500, 1800]}],
                  cancellation={"rate": 1.0, "after_tokens": [2, 4]},
@@ -238,7 +236,6 @@ def test_advisor_load_cli_reports_every_bucket_with_a_valid_generator(local_engi
     assert delta(before, after, "vllm:generation_tokens_total") == pytest.approx(produced, abs=0.5)
 
 
-@pytest.mark.untimed
 def test_empty_text_tokens_are_tokens(local_engine):
     """Deterministic: a logit bias makes the engine emit only <pad>, which streams as ''. On the
     tiny model this also happens unforced: ~3% of greedy 8-token outputs are all '' and ~6% start

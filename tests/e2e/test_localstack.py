@@ -8,7 +8,7 @@ import pytest
 
 from advisor.localstack import drive, drive_sync
 
-pytestmark = [pytest.mark.e2e, pytest.mark.untimed, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 WAITING = re.compile(r"^vllm:num_requests_waiting\{[^}]*\} (\S+)$", re.M)
 

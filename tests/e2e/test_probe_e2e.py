@@ -9,7 +9,6 @@ from probes import probe_engine, probe_prometheus
 from tests.e2e.conftest import settle, utcnow
 
 
-@pytest.mark.untimed
 def test_engine_probe_sees_the_queue(local_engine, background):
     background.start(local_engine.url, requests=10_000, duration_s=14, concurrency=16, prompt_words=800, max_tokens=32)
     snap = probe_engine(local_engine.url, window_s=10)
@@ -62,7 +61,6 @@ def test_prometheus_and_engine_probes_agree(local_engine, local_prometheus, back
         assert via_prom.signals[name].value == pytest.approx(direct.signals[name].value, rel=0.15), name
 
 
-@pytest.mark.untimed
 def test_scrapes_the_engine(local_engine, local_prometheus):
     prom = local_prometheus([local_engine.target])
     deadline = time.monotonic() + 30

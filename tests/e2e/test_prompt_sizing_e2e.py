@@ -15,7 +15,7 @@ from advisor.workload.plan import PlannedRequest, plan
 from advisor.workload.prompts import TOLERANCE_TOKENS, PromptSizer
 from advisor.workload.spec import Workload
 
-pytestmark = [pytest.mark.untimed, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 MODEL = "tiny-llama"
 BLOCK = 128  # vLLM's CPU KV block size (cache_config_info block_size in the captures)
 

@@ -34,7 +34,6 @@ def one_token_words(url: str, model: str) -> int:
     return sum(count(url, model, "the " + w) - head == 1 for w in WORDS[:40])
 
 
-@pytest.mark.untimed
 def test_a_character_vocabulary_gets_prompts_of_their_sizes():
     with LocalEngine(model=paths.tiny_model_dir("chars"), served_model_name="tiny-chars") as engine:
         url = engine.url
@@ -57,7 +56,6 @@ def test_a_character_vocabulary_gets_prompts_of_their_sizes():
         assert abs(usage["prompt_tokens"] - reqs[0].prompt_tokens) <= TOLERANCE_TOKENS
 
 
-@pytest.mark.untimed
 def test_advisor_load_from_prometheus_runs_against_a_tokenizer_that_splits_every_word(local_prometheus):
     with LocalEngine(model=paths.tiny_model_dir("pieces"), served_model_name="tiny-pieces") as engine:
         url = engine.url
@@ -71,11 +69,8 @@ def test_advisor_load_from_prometheus_runs_against_a_tokenizer_that_splits_every
         argv = [sys.executable, "-m", "advisor.cli", "load", "--target", url, "--from-prom", prom.url,
                 "--window", "5m", "--duration", "15s", "--output", "json"]
         p = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=ROOT, check=False)
-        # Exit 1: the load generator fell behind its schedule (a busy host: this test runs beside the
-        # unit tests), which leaves the prompts' sizes, what is tested here, as they were.
-        assert p.returncode in (0, 1), p.stderr[-2000:] + p.stdout[-2000:]
+        assert p.returncode == 0, p.stderr[-2000:] + p.stdout[-2000:]
         out = json.loads(p.stdout)
-        assert out["generator"]["valid"] is (p.returncode == 0), out["generator"]
         sizing = out["manifest"]["prompt_sizing"]
         print(f"\nadvisor load --from-prom on the pieces tokenizer: {out['overall']['requests']} requests, "
               f"{out['overall']['ok']} ok; sizing {sizing}; generator {out['generator']}")

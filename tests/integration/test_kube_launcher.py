@@ -187,10 +187,8 @@ def test_from_outside_the_cluster_the_arms_are_reached_through_the_pods_proxy(cl
     out = json.loads(r.stdout)
     assert out["status"] == "finished" and out["baseline_restored"], out.get("aborted")
     assert all(b["ok"] == b["requests"] == 8 for b in out["blocks"]), [(b["ok"], b["requests"]) for b in out["blocks"]]
-    # Streamed through both hops token by token, not buffered until the end of each answer (buffered,
-    # the first token would come with the last: TTFT about E2E). Half, not less: on a busy 2-core host
-    # (the untimed e2e tests run beside this) a block's TTFT p50 reached 0.29 of its E2E p95.
-    assert all(b["ttft_p50"] < b["e2e_p95"] / 2 and b["tpot_p50"] < 0.05 for b in out["blocks"]), \
+    # Streamed through both hops token by token, not buffered until the end of each answer.
+    assert all(b["ttft_p50"] < b["e2e_p95"] / 4 and b["tpot_p50"] < 0.05 for b in out["blocks"]), \
         [(b["ttft_p50"], b["tpot_p50"], b["e2e_p95"]) for b in out["blocks"]]
     proxied = [a for a in cluster.audit if a.resource == "pods/proxy"]
     arms = {a.name for a in proxied}
