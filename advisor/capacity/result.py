@@ -34,6 +34,9 @@ class TrialPoint(BaseModel):
     bounds: dict[str, tuple[float, float]] = Field(description="per objective: one-sided bounds on the share "
                                                    "(each at 95 %), over the autocorrelation-adjusted count")
     tallied: dict[str, int]
+    percentiles: dict[str, float | None] = Field(default={}, description="per latency objective: the measured "
+                                                 "percentile it reads (p95 for a share of 0.95), seconds; None "
+                                                 "where failed requests reach it")
     goodput_rps: float | None = None
     output_tokens_per_s: float | None = None
 
@@ -65,7 +68,8 @@ class CapacityResult(BaseModel):
     width_goal: float
     low: float | None = Field(description="the highest rate that clearly held")
     high: float | None = Field(description="the lowest rate that clearly broke")
-    estimate: float | None = Field(description="where the binding objective's share crosses its target")
+    estimate: float | None = Field(description="where the binding objective's percentile, fitted over the "
+                                   "trials between low and high, meets its threshold")
     binding: str | None = Field(description="the objective that breaks first")
     goodput_at_low: float | None = Field(default=None, description="requests per second within every SLO, "
                                          "measured at the highest rate that held")
@@ -130,8 +134,14 @@ def points(answer: Answer, objs: list[Objective], alpha: float = ALPHA) -> list[
                        shares={o.name: t.tallies[o.name].share for o in objs if o.name in t.tallies},
                        bounds={o.name: bounds(t.tallies[o.name], alpha) for o in objs if o.name in t.tallies},
                        tallied={o.name: t.tallies[o.name].n for o in objs if o.name in t.tallies},
+                       percentiles={o.name: _finite(t.tallies[o.name].quantile(o.share)) for o in objs
+                                    if o.name in t.tallies and o.threshold is not None},
                        goodput_rps=t.goodput_rps, output_tokens_per_s=t.output_tokens_per_s)
             for t in answer.trials]
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
 
 
 def plan_peak(result: CapacityResult, peak: float, headroom: float, per_hour: float | None = None,

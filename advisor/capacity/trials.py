@@ -16,6 +16,7 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
+from advisor import units
 from advisor.capacity.search import Objective, Tally, Trial, TrialResult, needed, tally
 from advisor.diagnosis.slo import SLO
 from advisor.loadgen.execute import Job
@@ -96,7 +97,9 @@ def tallies(records: list[RequestRecord], objs: list[Objective]) -> dict[str, Ta
         vals = [v for v in (_value(r, metric) for r in sent) if v is not None]
         finite = [v for v in vals if math.isfinite(v)]
         cap = 2 * max(finite, default=o.threshold) + o.threshold  # a failure's place in the correlation
-        out[o.name] = tally([v <= o.threshold for v in vals], [min(v, cap) for v in vals])
+        # The cap is for the correlation only: the percentile the estimate is fitted on keeps a
+        # failure beyond every threshold (inf), not at a made-up latency.
+        out[o.name] = replace(tally([v <= o.threshold for v in vals], [min(v, cap) for v in vals]), values=vals)
     return out
 
 
@@ -155,10 +158,15 @@ PROBE_REQUESTS, PROBE_CONCURRENCY = 32, 8
 def trial_line(t: Trial, objs: list[Objective]) -> str:
     """A trial as a progress line: its rate, outcome and each objective's share within; for an
     unclear trial, why its share could not be told from the target."""
-    share = ", ".join(f"{o.label.split(' <=')[0]} {t.tallies[o.name].share:.1%}" for o in objs
-                      if o.name in t.tallies and t.tallies[o.name].share is not None)
+    share = ", ".join(f"{o.label.split(' <=')[0]} {t.tallies[o.name].share:.1%}{_percentile(t.tallies[o.name], o)}"
+                      for o in objs if o.name in t.tallies and t.tallies[o.name].share is not None)
     return (f"{t.rate:8.3g} req/s: {t.outcome:8} {share}" + (f" (+{t.extended} extensions)" if t.extended else "")
             + ("" if t.valid else f" - load generator invalid: {t.why_invalid}") + _why_unclear(t, objs))
+
+
+def _percentile(tl: Tally, o: Objective) -> str:
+    q = tl.quantile(o.share) if o.threshold is not None else None
+    return f" (p{100 * o.share:.3g} {units.fmt(q, 's')})" if q is not None and math.isfinite(q) else ""
 
 
 def _why_unclear(t: Trial, objs: list[Objective]) -> str:

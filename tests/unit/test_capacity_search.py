@@ -248,3 +248,75 @@ def test_a_search_starts_at_half_the_burst_within_the_rate_bounds(monkeypatch, t
 
     monkeypatch.setattr(tr, "burst_throughput", lambda job: (throughput, 32))
     assert tr.burst_start(None, 0.05, 50.0) == (want, throughput, 32)
+
+
+def test_a_tally_s_percentile_is_within_the_threshold_exactly_when_its_share_is():
+    """The order statistic the estimate is fitted on agrees with the share the trial is judged by, at
+    every size and share: a p95 at most the threshold means at least 95 % within."""
+    rng = random.Random(5)
+    for _ in range(400):
+        n = rng.randint(1, 300)
+        values = [rng.lognormvariate(0, 1) for _ in range(n)] + [math.inf] * rng.choice([0, 0, 1, 5])
+        rng.shuffle(values)
+        share, threshold = rng.choice([0.5, 0.9, 0.95, 0.99]), rng.uniform(0.2, 5)
+        t = s.tally([v <= threshold for v in values], values)
+        assert (t.quantile(share) <= threshold) == (t.share >= share), (n, share, threshold)
+    assert s.Tally(3, 4).quantile(0.95) is None, "no values, no percentile"
+    merged = s.tally([True] * 10, [0.1] * 10).merged(s.tally([False] * 10, [2.0] * 10))
+    assert merged.quantile(0.5) == 0.1 and merged.quantile(0.55) == 2.0, "an extension's requests count"
+
+
+def _trial(rate: float, p95: float, outcome: s.Outcome = "unclear") -> s.Trial:
+    # 20 requests whose 19th (the p95) is p95 and whose 20th is a failure.
+    values = [p95 * 0.5] * 18 + [p95, math.inf]
+    return s.Trial(rate, {"ttft_p95": s.tally([v <= 1.0 for v in values], values)}, 20, 1.0, outcome)
+
+
+def test_the_estimate_is_where_the_fitted_percentile_meets_the_threshold_within_the_interval():
+    # p95 = (rate / 5) ** 2 seconds: it meets the 1 s threshold at 5/s.
+    trials = [_trial(r, (r / 5) ** 2) for r in (3.0, 4.0, 6.0, 7.0)] + [_trial(40.0, 64.0)]
+    assert s._crossing(trials, TTFT, 3.0, 7.0) == pytest.approx(5.0)
+    # The line is read only between the ends (40/s lies beyond them), and its answer is held there.
+    assert s._crossing(trials, TTFT, 3.0, 4.0) == pytest.approx(4.0)
+    # Latency that falls as the rate rises (noise) gives no line: the shares' crossing, else the middle.
+    flat = [_trial(3.0, 1.2), _trial(6.0, 0.8)]
+    assert s._crossing(flat, TTFT, 3.0, 6.0) == pytest.approx(math.sqrt(18))
+    errors = s.Objective("error_rate", 0.99, None, "errors <= 0.01")
+    assert s._fitted_crossing(trials, errors, 3.0, 7.0) is None, "the error rate has no latency to fit"
+
+
+def test_the_report_and_the_progress_line_show_each_trial_s_measured_percentile():
+    from datetime import datetime, timezone
+
+    from advisor.capacity.result import result_of
+    from advisor.capacity.trials import trial_line
+    from advisor.reports import capacity_text
+
+    t = _trial(4.0, 0.64)
+    assert "TTFT p95 95.0% (p95 640.0 ms)" in trial_line(t, [TTFT])
+    broke = s.Trial(9.0, {"ttft_p95": s.tally([False] * 5, [math.inf] * 5)}, 5, 1.0, "fail")
+    assert "(p95" not in trial_line(broke, [TTFT]), "no percentile where failures reach it"
+    answer = s.Answer("bounded", 4.0, 9.0, 5.0, "ttft_p95", [t, broke], 25, 2.0)
+    r = result_of(answer, [TTFT], target="t", model="m", workload="w", started_at=datetime.now(timezone.utc),
+                  alpha=s.ALPHA, width=0.1, trial_requests=20, warmup_requests=10)
+    assert [p.percentiles for p in r.trials] == [{"ttft_p95": 0.64}, {"ttft_p95": None}]
+    assert "95.0% (p95 640.0 ms)" in capacity_text.text(r)
+    assert TrialPoint.model_validate_json(r.trials[0].model_dump_json()).percentiles == {"ttft_p95": 0.64}
+
+
+def test_the_fitted_estimate_is_closer_than_the_shares_crossing_at_a_wide_interval():
+    """At the width a benchmark asks (0.2) the interval is wide and where the estimate falls in it
+    matters: the percentile's line puts it nearer the truth than the shares' crossing, on the same
+    searches."""
+    q = Queue(slots=4, sigma=0.5)
+    truth = q.true_capacity(TTFT)
+    fitted, crossed = [], []
+    for seed in range(SEEDS):
+        a = run_search(q, seed, width=0.2)
+        fitted.append(abs(a.estimate / truth - 1))
+        for t in a.trials:
+            t.tallies["ttft_p95"].values = []  # what the shares alone say
+        crossed.append(abs(s._crossing(a.trials, TTFT, a.low, a.high) / truth - 1))
+    median = lambda e: sorted(e)[len(e) // 2]  # noqa: E731
+    print(f"\nwidth 0.2, 4 slots: median error {median(fitted):.1%} fitted, {median(crossed):.1%} from the shares")
+    assert median(fitted) < 0.75 * median(crossed), (median(fitted), median(crossed))
