@@ -3,7 +3,8 @@ one live engine and one workload, in one run; then, for ground truth, long runs 
 plus and minus 20 %, to see the SLO hold below and break above.
 
     scripts/setup.sh                                  # once
-    .venv/bin/python benchmarks/capacity.py           # about 20-30 minutes on 2 cores
+    .venv/bin/python benchmarks/capacity.py           # vLLM's sweep at its defaults: about an hour on 2 cores
+    .venv/bin/python benchmarks/capacity.py --num-prompts 100 --workload-iters 6   # its trimmed sweep: 15 minutes
     .venv/bin/python benchmarks/capacity.py --max-num-seqs 8 --truth-requests 300
 
 The engine: the real CPU vLLM with the tiny model (scripts/setup.sh), started once here with the
@@ -183,8 +184,10 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=4)
     ap.add_argument("--ttft", type=float, default=0.5, help="the SLO: TTFT p95 at most this many seconds")
     ap.add_argument("--width", type=float, default=0.2, help="our search's relative half-width")
-    ap.add_argument("--num-prompts", type=int, default=100, help="requests per point of vLLM's sweep")
-    ap.add_argument("--workload-iters", type=int, default=6, help="rates vLLM's sweep explores, both ends included")
+    # vLLM's own defaults (vllm/benchmarks/datasets DEFAULT_NUM_PROMPTS, serve_workload's --workload-iters):
+    # the sweep its users get; results 1 and 3 of benchmarks/README.md trimmed it to 100 and 6.
+    ap.add_argument("--num-prompts", type=int, default=1000, help="requests per point of vLLM's sweep")
+    ap.add_argument("--workload-iters", type=int, default=10, help="rates vLLM's sweep explores, both ends included")
     ap.add_argument("--truth-requests", type=int, default=400)
     ap.add_argument("--out", type=Path, help="write the results as JSON here too")
     args = ap.parse_args()
