@@ -160,7 +160,8 @@ def trial_line(t: Trial, objs: list[Objective]) -> str:
     unclear trial, why its share could not be told from the target."""
     share = ", ".join(f"{o.label.split(' <=')[0]} {t.tallies[o.name].share:.1%}{_percentile(t.tallies[o.name], o)}"
                       for o in objs if o.name in t.tallies and t.tallies[o.name].share is not None)
-    return (f"{t.rate:8.3g} req/s: {t.outcome:8} {share}" + (f" (+{t.extended} extensions)" if t.extended else "")
+    more = f" (+{t.extended} extension{'s' if t.extended > 1 else ''})" if t.extended else ""
+    return (f"{t.rate:8.3g} req/s: {t.outcome:8} {share}{more}"
             + ("" if t.valid else f" - load generator invalid: {t.why_invalid}") + _why_unclear(t, objs))
 
 
