@@ -9,6 +9,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from advisor import units
 from advisor.capacity.search import ALPHA, Answer, Objective, bounds
 
 SECONDS_PER_MONTH = 730 * 3600  # the cloud bills' month: 730 hours
@@ -138,6 +139,11 @@ def points(answer: Answer, objs: list[Objective], alpha: float = ALPHA) -> list[
                                     if o.name in t.tallies and o.threshold is not None},
                        goodput_rps=t.goodput_rps, output_tokens_per_s=t.output_tokens_per_s)
             for t in answer.trials]
+
+
+def percentile_text(share: float, seconds: float | None) -> str:
+    """" (p95 431.0 ms)": a trial's measured percentile beside its share, where it is finite."""
+    return f" (p{100 * share:.3g} {units.fmt(seconds, 's')})" if seconds is not None and math.isfinite(seconds) else ""
 
 
 def _finite(x: float | None) -> float | None:

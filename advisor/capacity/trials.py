@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from advisor import units
+from advisor.capacity.result import percentile_text
 from advisor.capacity.search import Objective, Tally, Trial, TrialResult, needed, tally
 from advisor.diagnosis.slo import SLO
 from advisor.loadgen.execute import Job
@@ -166,8 +166,7 @@ def trial_line(t: Trial, objs: list[Objective]) -> str:
 
 
 def _percentile(tl: Tally, o: Objective) -> str:
-    q = tl.quantile(o.share) if o.threshold is not None else None
-    return f" (p{100 * o.share:.3g} {units.fmt(q, 's')})" if q is not None and math.isfinite(q) else ""
+    return percentile_text(o.share, tl.quantile(o.share)) if o.threshold is not None else ""
 
 
 def _why_unclear(t: Trial, objs: list[Objective]) -> str:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from advisor import escape, units
-from advisor.capacity.result import CapacityResult
+from advisor import escape
+from advisor.capacity.result import CapacityResult, percentile_text
 from advisor.reports import charts
 
 
@@ -34,9 +34,8 @@ def _trial_rows(r: CapacityResult) -> list[list[str]]:
         cells = [_rate(t.rate), t.outcome + (f" ({t.decided_by})" if t.decided_by else "")
                  + ("" if t.valid else " invalid")]
         for o in r.objectives:
-            s, q = t.shares.get(o.name), t.percentiles.get(o.name)
-            at = f" (p{100 * o.share:.3g} {units.fmt(q, 's')})" if q is not None else ""
-            cells.append("-" if s is None else f"{s:.1%}{at}")
+            s = t.shares.get(o.name)
+            cells.append("-" if s is None else f"{s:.1%}{percentile_text(o.share, t.percentiles.get(o.name))}")
         cells += [_rate(t.goodput_rps), str(t.requests)]
         rows.append(cells)
     return rows
