@@ -54,12 +54,10 @@ SLO_IN_SERVICE_TIMES = 1.0  # TTFT p95 <= one mean service time, as in tests/uni
 def closed_loop_throughput(q: Queue, n: int, concurrency: int, rng: random.Random) -> float:
     """Requests completed per second when n requests go `concurrency` at a time (all at once when
     concurrency >= n): each waits for a slot of the engine and for one of the client's."""
-    width = min(concurrency, q.slots)
-    free = [0.0] * width
-    mu = math.log(q.mean) - q.sigma ** 2 / 2
-    for _ in range(n):
+    free = [0.0] * min(concurrency, q.slots)
+    for _, service in q._draws(n, rng):  # the queue's own service times
         start = min(free)
-        free[free.index(start)] = start + rng.lognormvariate(mu, q.sigma)
+        free[free.index(start)] = start + service
     return n / max(free)
 
 

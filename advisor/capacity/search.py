@@ -111,9 +111,10 @@ def tally(within: Sequence[bool], values: Sequence[float] | None = None) -> Tall
     """A tally of one trial's requests in their order of arrival; values: the metric the objective
     reads, per request (its correlation is the trial's), else the within/outside sequence's."""
     n = len(within)
-    latencies = values is not None and len(values) == n
-    seq = list(values) if latencies else [1.0 if w else 0.0 for w in within]
-    return Tally(sum(within), n, autocorrelation_time(seq), list(values) if latencies else [])
+    if values is not None and len(values) == n:
+        seq = list(values)
+        return Tally(sum(within), n, autocorrelation_time(seq), seq)
+    return Tally(sum(within), n, autocorrelation_time([1.0 if w else 0.0 for w in within]))
 
 
 def bounds(t: Tally, alpha: float) -> tuple[float, float]:
