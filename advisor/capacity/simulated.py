@@ -36,7 +36,8 @@ class Queue:
     def trial(self, rate: float, n: int, warmup: int, objective: Objective, rng: random.Random) -> TrialResult:
         ttft = self._ttfts(rate, self._draws(n + warmup, rng))[warmup:]
         within = [x <= objective.threshold for x in ttft]
-        return TrialResult(tallies={objective.name: tally(within, ttft)}, requests=n + warmup, seconds=(n + warmup) / rate)
+        return TrialResult(tallies={objective.name: tally(within, ttft, objective.threshold)},
+                           requests=n + warmup, seconds=(n + warmup) / rate)
 
     def true_capacity(self, objective: Objective, n: int = 200_000, seed: int = 7) -> float:
         """The rate whose long-run share within the threshold is the objective's (bisection, one

@@ -95,11 +95,7 @@ def tallies(records: list[RequestRecord], objs: list[Objective]) -> dict[str, Ta
             continue
         metric = LATENCY[o.name][1]
         vals = [v for v in (_value(r, metric) for r in sent) if v is not None]
-        finite = [v for v in vals if math.isfinite(v)]
-        cap = 2 * max(finite, default=o.threshold) + o.threshold  # a failure's place in the correlation
-        # The cap is for the correlation only: the percentile the estimate is fitted on keeps a
-        # failure beyond every threshold (inf), not at a made-up latency.
-        out[o.name] = replace(tally([v <= o.threshold for v in vals], [min(v, cap) for v in vals]), values=vals)
+        out[o.name] = tally([v <= o.threshold for v in vals], vals, o.threshold)
     return out
 
 

@@ -90,6 +90,28 @@ def test_a_queue_s_correlation_is_counted_even_when_every_request_met_the_object
     assert busy.tau > 3 * idle.tau, (busy.tau, idle.tau)
 
 
+def test_a_wander_of_milliseconds_under_a_one_second_slo_is_not_a_backlog():
+    """The live CPU vLLM's low-rate trials: every TTFT 12-39 ms against 1 s, wandering together. Read
+    from the raw values that wander made 86 requests worth 24-57, so each such trial was unclear and
+    extended twice. Below a tenth of the threshold (CORRELATION_FLOOR) values count as equal: the
+    trial passes on its 86. The same wander scaled to the threshold's own range (a backlog) keeps its
+    correlation, and the trial stays unclear."""
+    rng = random.Random(2)
+    wander, level = [], 0.0
+    for _ in range(86):
+        level = 0.9 * level + rng.gauss(0, 1)
+        wander.append(level)
+    lo, hi = min(wander), max(wander)
+    small = [0.012 + 0.027 * (w - lo) / (hi - lo) for w in wander]  # 12-39 ms
+    large = [0.3 + 0.6 * (w - lo) / (hi - lo) for w in wander]  # 300-900 ms: all within 1 s as well
+    assert s.autocorrelation_time(small) > 3, "the raw values are correlated"
+    quiet, busy = s.tally([True] * 86, small, 1.0), s.tally([True] * 86, large, 1.0)
+    assert quiet.tau == 1.0 and s.judge({"ttft_p95": quiet}, [TTFT], s.ALPHA) == ("pass", None)
+    assert busy.tau > 3 and s.judge({"ttft_p95": busy}, [TTFT], s.ALPHA) == ("unclear", "ttft_p95")
+    # Only the values above the floor carry the wander: the same small one under a 0.1 s SLO counts.
+    assert s.tally([True] * 86, small, 0.1).tau > 1.5
+
+
 def test_an_slo_file_without_a_latency_slo_gives_nothing_to_search_for():
     with pytest.raises(CapacityInputError, match="sets no latency SLO"):
         objectives(SLO(error_rate=0.02), {"error_rate"})
@@ -259,17 +281,17 @@ def test_a_tally_s_percentile_is_within_the_threshold_exactly_when_its_share_is(
         values = [rng.lognormvariate(0, 1) for _ in range(n)] + [math.inf] * rng.choice([0, 0, 1, 5])
         rng.shuffle(values)
         share, threshold = rng.choice([0.5, 0.9, 0.95, 0.99]), rng.uniform(0.2, 5)
-        t = s.tally([v <= threshold for v in values], values)
+        t = s.tally([v <= threshold for v in values], values, threshold)
         assert (t.quantile(share) <= threshold) == (t.share >= share), (n, share, threshold)
     assert s.Tally(3, 4).quantile(0.95) is None, "no values, no percentile"
-    merged = s.tally([True] * 10, [0.1] * 10).merged(s.tally([False] * 10, [2.0] * 10))
+    merged = s.tally([True] * 10, [0.1] * 10, 1.0).merged(s.tally([False] * 10, [2.0] * 10, 1.0))
     assert merged.quantile(0.5) == 0.1 and merged.quantile(0.55) == 2.0, "an extension's requests count"
 
 
 def _trial(rate: float, p95: float, outcome: s.Outcome = "unclear") -> s.Trial:
     # 20 requests whose 19th (the p95) is p95 and whose 20th is a failure.
     values = [p95 * 0.5] * 18 + [p95, math.inf]
-    return s.Trial(rate, {"ttft_p95": s.tally([v <= 1.0 for v in values], values)}, 20, 1.0, outcome)
+    return s.Trial(rate, {"ttft_p95": s.tally([v <= 1.0 for v in values], values, 1.0)}, 20, 1.0, outcome)
 
 
 def test_the_estimate_is_where_the_fitted_percentile_meets_the_threshold_within_the_interval():
@@ -294,7 +316,7 @@ def test_the_report_and_the_progress_line_show_each_trial_s_measured_percentile(
 
     t = _trial(4.0, 0.64)
     assert "TTFT p95 95.0% (p95 640.0 ms)" in trial_line(t, [TTFT])
-    broke = s.Trial(9.0, {"ttft_p95": s.tally([False] * 5, [math.inf] * 5)}, 5, 1.0, "fail")
+    broke = s.Trial(9.0, {"ttft_p95": s.tally([False] * 5, [math.inf] * 5, 1.0)}, 5, 1.0, "fail")
     assert "(p95" not in trial_line(broke, [TTFT]), "no percentile where failures reach it"
     answer = s.Answer("bounded", 4.0, 9.0, 5.0, "ttft_p95", [t, broke], 25, 2.0)
     r = result_of(answer, [TTFT], target="t", model="m", workload="w", started_at=datetime.now(timezone.utc),
