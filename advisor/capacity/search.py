@@ -111,12 +111,13 @@ def autocorrelation_time(values: Sequence[float]) -> float:
 # Latencies below this share of the threshold count as equal in the correlation: a wander of a few
 # milliseconds under a one-second SLO is not a backlog. On the live CPU vLLM (the e2e's capacity
 # readout, 2-core host), the candidate's three runs at 6.96/s, every TTFT under 40 ms against 1 s,
-# read correlation times of 3.6, 2.8 and 1.5 from the raw values: 86 requests were too few each time
-# and the trial was extended twice. On the simulated queues (60 seeds a shape: 8, 4, 1 and 2 slots)
-# the interval's coverage is the same with this floor as without it: 90/98/95/77 % against
-# 92/95/93/75 % at 200 requests a trial, 88/80/80/82 % against 88/82/80/82 % at 86. A floor of a
-# quarter of the threshold lost coverage at the sharp knee (8 slots: 85 % and 78 %): a backlog that
-# builds up below the threshold is what a trial just past the capacity shows.
+# read correlation times of 3.6, 2.8 and 1.5 from the raw values: 86 requests were too few each
+# time and the trial was extended twice. On the simulated queues the interval's coverage is the same
+# with this floor as without it (200 seeds a shape; 8, 4, 1 and 2 slots): 90.0/96.0/95.0/85.0 %
+# against 91.0/95.5/95.5/84.0 % at 200 requests a trial, 90.5/89.0/82.0/82.5 % against
+# 91.5/89.0/82.5/82.0 % at 86. A floor of a quarter of the threshold lost it at the sharp knee (8
+# slots, 60 seeds: 85 % against 92 %, 78 % against 88 %): a backlog that builds up below the
+# threshold is what a trial just past the capacity shows.
 CORRELATION_FLOOR = 0.1
 
 
