@@ -55,7 +55,7 @@ def closed_loop_throughput(q: Queue, n: int, concurrency: int, rng: random.Rando
     """Requests completed per second when n requests go `concurrency` at a time (all at once when
     concurrency >= n): each waits for a slot of the engine and for one of the client's."""
     free = [0.0] * min(concurrency, q.slots)
-    for _, service in q._draws(n, rng):  # the queue's own service times
+    for _, service in q.draws(n, rng):  # the queue's own service times
         start = min(free)
         free[free.index(start)] = start + service
     return n / max(free)
@@ -74,7 +74,7 @@ def sweep(q: Queue, threshold: float, prompts: int, iters: int, rng: random.Rand
     for rate in rates:
         if rate <= 0:
             continue
-        ttft = q._ttfts(rate, q._draws(prompts, rng))
+        ttft = q.ttfts(rate, q.draws(prompts, rng))
         if p95(ttft) <= threshold:
             held.append(rate)
     return (max(held) if held else 0.0), prompts * (2 + len(rates))

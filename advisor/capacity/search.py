@@ -128,8 +128,10 @@ def tally(within: Sequence[bool], values: Sequence[float] | None = None, thresho
     threshold (CORRELATION_FLOOR) and a cap for failures. Without them, the within/outside
     sequence's (the error rate)."""
     n = len(within)
-    if values is None or len(values) != n or threshold is None:
+    if values is None:
         return Tally(sum(within), n, autocorrelation_time([1.0 if w else 0.0 for w in within]))
+    if threshold is None or len(values) != n:
+        raise ValueError("a tally of latencies needs one per request and the threshold they are read against")
     vals = list(values)
     floor = CORRELATION_FLOOR * threshold
     cap = 2 * max((v for v in vals if math.isfinite(v)), default=threshold) + threshold  # a failure's place

@@ -17,13 +17,13 @@ class Queue:
     def __init__(self, slots: int = 4, mean_service_s: float = 1.0, sigma: float = 0.5, prefill_share: float = 0.1):
         self.slots, self.mean, self.sigma, self.prefill = slots, mean_service_s, sigma, prefill_share
 
-    def _draws(self, n: int, rng: random.Random) -> list[tuple[float, float]]:
+    def draws(self, n: int, rng: random.Random) -> list[tuple[float, float]]:
         """Per request, (its gap to the one before at rate 1, its service time). expovariate(rate) is
         expovariate(1) / rate to the bit, so one draw serves every rate."""
         mu = math.log(self.mean) - self.sigma ** 2 / 2
         return [(rng.expovariate(1.0), rng.lognormvariate(mu, self.sigma)) for _ in range(n)]
 
-    def _ttfts(self, rate: float, draws: list[tuple[float, float]]) -> list[float]:
+    def ttfts(self, rate: float, draws: list[tuple[float, float]]) -> list[float]:
         free = [0.0] * self.slots
         t, out = 0.0, []
         for gap, s in draws:
@@ -34,7 +34,7 @@ class Queue:
         return out
 
     def trial(self, rate: float, n: int, warmup: int, objective: Objective, rng: random.Random) -> TrialResult:
-        ttft = self._ttfts(rate, self._draws(n + warmup, rng))[warmup:]
+        ttft = self.ttfts(rate, self.draws(n + warmup, rng))[warmup:]
         within = [x <= objective.threshold for x in ttft]
         return TrialResult(tallies={objective.name: tally(within, ttft, objective.threshold)},
                            requests=n + warmup, seconds=(n + warmup) / rate)
@@ -43,11 +43,11 @@ class Queue:
         """The rate whose long-run share within the threshold is the objective's (bisection, one
         stream of random numbers for every rate so that the share falls with the rate: drawn once,
         which cuts the time the calibration tests spend here to a third)."""
-        draws = self._draws(n, random.Random(seed))
+        draws = self.draws(n, random.Random(seed))
         lo, hi = 1e-3, self.slots / self.mean  # at the service rate the queue grows without bound
         for _ in range(30):
             mid = math.sqrt(lo * hi)
-            ttft = self._ttfts(mid, draws)[n // 10:]
+            ttft = self.ttfts(mid, draws)[n // 10:]
             share = sum(x <= objective.threshold for x in ttft) / len(ttft)
             lo, hi = (mid, hi) if share >= objective.share else (lo, mid)
         return math.sqrt(lo * hi)
